@@ -1,0 +1,1019 @@
+//! The contract file (TOML): which providers and event types oncegate knows, and for each type
+//! what must happen once, within which scope, for how long and with what confidence.
+//!
+//! The text is parsed once into validated types. Every error names the file, the line, the
+//! provider, the type and the field; a contract with any error is refused whole, never
+//! half-applied. Reading the file is the caller's job: this module takes its text.
+
+use crate::matrix::{Confidence, Criticality};
+use crate::pointer::Pointer;
+use crate::strategy::{Field, Level, Normalization, ScopeKind, Strategy};
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::time::Duration;
+use toml::Spanned;
+
+/// A validated contract.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Contract {
+    /// Where the contract came from, for messages.
+    pub source: String,
+    pub settings: Settings,
+    /// Known environments; empty means any.
+    pub environments: Vec<String>,
+    pub providers: BTreeMap<String, Provider>,
+    /// Things that are allowed but deserve a second look.
+    pub warnings: Vec<String>,
+}
+
+/// Service-wide settings with their defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub lease: Duration,
+    pub horizon: Duration,
+    pub payload_retention: Duration,
+    pub proof_retention: Duration,
+    pub max_body_bytes: usize,
+    pub max_depth: usize,
+    /// Share of recent matches that may be collisions before a strategy's breaker opens.
+    pub breaker_threshold: f64,
+    pub breaker_min_sample: u32,
+    pub store: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            lease: Duration::from_secs(30),
+            horizon: Duration::from_secs(72 * 3600),
+            payload_retention: Duration::from_secs(30 * 86400),
+            proof_retention: Duration::from_secs(400 * 86400),
+            max_body_bytes: 1024 * 1024,
+            max_depth: 128,
+            breaker_threshold: 0.005,
+            breaker_min_sample: 200,
+            store: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provider {
+    pub name: String,
+    pub event_type: EventTypeSource,
+    /// Header carrying the provider's delivery id, if it sends one (a strong transport key).
+    pub delivery_id_header: Option<String>,
+    pub signature: Option<Signature>,
+    pub types: BTreeMap<String, EventType>,
+}
+
+/// Where a delivery says what type of event it is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventTypeSource {
+    Pointer(Pointer),
+    Header(String),
+}
+
+/// Where a secret is read from. The contract never holds a secret itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    Env(String),
+    File(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Hex,
+    Base64,
+}
+
+/// How a provider signs its deliveries.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Signature {
+    /// Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature` (`v1,<base64>`).
+    StandardWebhooks {
+        secret: SecretSource,
+        tolerance: Duration,
+    },
+    /// HMAC-SHA-256 of the body (or of `timestamp.body` when a timestamp header is named).
+    HmacSha256 {
+        header: String,
+        encoding: Encoding,
+        prefix: Option<String>,
+        timestamp_header: Option<String>,
+        tolerance: Duration,
+        secret: SecretSource,
+    },
+}
+
+/// A field declared with the reason for the declaration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declared {
+    pub pointer: Pointer,
+    pub why: String,
+}
+
+/// An API of the provider that can confirm the real state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Authority {
+    /// URL with `{resource}`, `{env}`, `{tenant}`, `{provider}` or `{/json/pointer}` holes.
+    pub url: String,
+    pub auth_header: Option<String>,
+    pub auth_secret: Option<SecretSource>,
+    /// Where the list of operations is in the response.
+    pub operations: Pointer,
+    /// Where each operation's authoritative reference is.
+    pub reference: Pointer,
+    /// Type discriminant → where the same value is in an operation.
+    pub fields: Vec<(Pointer, Pointer)>,
+}
+
+/// A validated event type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventType {
+    pub name: String,
+    pub provider: String,
+    pub criticality: Criticality,
+    pub operation: String,
+    pub resource: Option<Pointer>,
+    pub discriminants: Vec<Pointer>,
+    pub volatile: Vec<Declared>,
+    /// False when the contract never said `volatile = [...]`: no fingerprint is allowed then.
+    pub volatile_reviewed: bool,
+    pub unordered: Vec<Declared>,
+    pub normalize: Vec<(Pointer, Vec<Normalization>)>,
+    pub sensitive: Vec<Pointer>,
+    pub durable: bool,
+    pub horizon: Duration,
+    pub authority: Option<Authority>,
+    pub strategies: Vec<Strategy>,
+    /// Line of the type's table in the contract, for messages.
+    pub line: usize,
+}
+
+impl EventType {
+    pub fn is_sensitive(&self, p: &Pointer) -> bool {
+        self.sensitive.iter().any(|s| s == p)
+    }
+}
+
+impl Contract {
+    pub fn provider(&self, name: &str) -> Option<&Provider> {
+        self.providers.get(name)
+    }
+
+    pub fn event_type(&self, provider: &str, event_type: &str) -> Option<&EventType> {
+        self.providers.get(provider)?.types.get(event_type)
+    }
+}
+
+/// One problem in a contract, with where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContractError {
+    pub file: String,
+    pub line: Option<usize>,
+    pub provider: Option<String>,
+    pub event_type: Option<String>,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for ContractError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        f.write_str(": ")?;
+        if let Some(p) = &self.provider {
+            write!(f, "provider {p:?}, ")?;
+        }
+        if let Some(t) = &self.event_type {
+            write!(f, "type {t:?}, ")?;
+        }
+        if let Some(field) = &self.field {
+            write!(f, "field {field:?}: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// Every problem found in a contract; it is refused whole.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ContractErrors(pub Vec<ContractError>);
+
+impl fmt::Display for ContractErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        writeln!(
+            f,
+            "the contract has {n} error{}:",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for e in &self.0 {
+            writeln!(f, "  {e}")?;
+        }
+        Ok(())
+    }
+}
+
+// ---- The file as written --------------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawContract {
+    #[serde(default)]
+    settings: RawSettings,
+    #[serde(default)]
+    environments: Vec<String>,
+    #[serde(default)]
+    providers: BTreeMap<String, Spanned<RawProvider>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSettings {
+    lease: Option<String>,
+    horizon: Option<String>,
+    payload_retention: Option<String>,
+    proof_retention: Option<String>,
+    max_body_bytes: Option<usize>,
+    max_depth: Option<usize>,
+    breaker_threshold: Option<f64>,
+    breaker_min_sample: Option<u32>,
+    store: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvider {
+    event_type: Option<String>,
+    event_type_header: Option<String>,
+    delivery_id_header: Option<String>,
+    signature: Option<RawSignature>,
+    #[serde(default)]
+    types: BTreeMap<String, Spanned<RawType>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSignature {
+    scheme: String,
+    header: Option<String>,
+    encoding: Option<String>,
+    prefix: Option<String>,
+    timestamp_header: Option<String>,
+    tolerance: Option<String>,
+    secret_env: Option<String>,
+    secret_file: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDeclared {
+    field: String,
+    why: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNormalize {
+    field: String,
+    ops: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawType {
+    criticality: Option<String>,
+    operation: Option<String>,
+    resource: Option<String>,
+    #[serde(default)]
+    discriminants: Vec<String>,
+    volatile: Option<Vec<RawDeclared>>,
+    #[serde(default)]
+    unordered: Vec<RawDeclared>,
+    #[serde(default)]
+    normalize: Vec<RawNormalize>,
+    #[serde(default)]
+    sensitive: Vec<String>,
+    #[serde(default)]
+    durable: bool,
+    horizon: Option<String>,
+    authority: Option<RawAuthority>,
+    #[serde(default)]
+    strategies: Vec<Spanned<RawStrategy>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuthority {
+    url: String,
+    auth_header: Option<String>,
+    auth_secret_env: Option<String>,
+    auth_secret_file: Option<String>,
+    operations: String,
+    reference: String,
+    #[serde(default)]
+    fields: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStrategy {
+    name: String,
+    version: u32,
+    level: String,
+    #[serde(default)]
+    fields: Vec<String>,
+    #[serde(default)]
+    normalize: BTreeMap<String, Vec<String>>,
+    confidence: Option<String>,
+    horizon: Option<String>,
+    scope: Option<String>,
+}
+
+// ---- Validation -----------------------------------------------------------------------------
+
+/// Collects errors with their location while validating.
+struct Checker<'a> {
+    file: &'a str,
+    text: &'a str,
+    errors: Vec<ContractError>,
+    warnings: Vec<String>,
+}
+
+/// Where in the contract a check is being made.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    line: Option<usize>,
+    provider: Option<&'a str>,
+    event_type: Option<&'a str>,
+}
+
+impl<'a> Checker<'a> {
+    fn line_of(&self, offset: usize) -> usize {
+        self.text[..offset.min(self.text.len())]
+            .bytes()
+            .filter(|b| *b == b'\n')
+            .count()
+            + 1
+    }
+
+    fn error(&mut self, at: At<'_>, field: &str, message: impl Into<String>) {
+        self.errors.push(ContractError {
+            file: self.file.to_owned(),
+            line: at.line,
+            provider: at.provider.map(str::to_owned),
+            event_type: at.event_type.map(str::to_owned),
+            field: (!field.is_empty()).then(|| field.to_owned()),
+            message: message.into(),
+        });
+    }
+
+    fn pointer(&mut self, at: At<'_>, field: &str, text: &str) -> Option<Pointer> {
+        match Pointer::parse(text) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                self.error(at, field, e.to_string());
+                None
+            }
+        }
+    }
+
+    fn duration(
+        &mut self,
+        at: At<'_>,
+        field: &str,
+        text: Option<&str>,
+        default: Duration,
+    ) -> Duration {
+        match text {
+            None => default,
+            Some(t) => match humantime::parse_duration(t) {
+                Ok(d) if !d.is_zero() => d,
+                Ok(_) => {
+                    self.error(at, field, "a duration must be longer than zero");
+                    default
+                }
+                Err(e) => {
+                    self.error(
+                        at,
+                        field,
+                        format!("{t:?} is not a duration like \"30s\", \"72h\" or \"7d\" ({e})"),
+                    );
+                    default
+                }
+            },
+        }
+    }
+
+    fn secret(
+        &mut self,
+        at: At<'_>,
+        field: &str,
+        env: Option<String>,
+        file: Option<String>,
+    ) -> Option<SecretSource> {
+        match (env, file) {
+            (Some(e), None) => Some(SecretSource::Env(e)),
+            (None, Some(f)) => Some(SecretSource::File(f)),
+            (None, None) => {
+                self.error(at, field, "name where the secret comes from: `secret_env` or `secret_file` (never the secret itself)");
+                None
+            }
+            (Some(_), Some(_)) => {
+                self.error(
+                    at,
+                    field,
+                    "give either `secret_env` or `secret_file`, not both",
+                );
+                None
+            }
+        }
+    }
+}
+
+/// Parses and validates a contract. `file` names it in messages.
+pub fn parse(file: &str, text: &str) -> Result<Contract, ContractErrors> {
+    let raw: RawContract = toml::from_str(text).map_err(|e| {
+        let line = e.span().map(|s| {
+            text[..s.start.min(text.len())]
+                .bytes()
+                .filter(|b| *b == b'\n')
+                .count()
+                + 1
+        });
+        ContractErrors(vec![ContractError {
+            file: file.to_owned(),
+            line,
+            provider: None,
+            event_type: None,
+            field: None,
+            message: e.message().trim().to_owned(),
+        }])
+    })?;
+    let mut c = Checker {
+        file,
+        text,
+        errors: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let settings = settings(&mut c, raw.settings);
+    let mut providers = BTreeMap::new();
+    // name@version → (definition, where first seen), to refuse one label with two meanings.
+    let mut labels: HashMap<(String, u32), (Strategy, String)> = HashMap::new();
+    for (name, raw_provider) in raw.providers {
+        let line = c.line_of(raw_provider.span().start);
+        if let Some(p) = provider(
+            &mut c,
+            &name,
+            line,
+            raw_provider.into_inner(),
+            &settings,
+            &mut labels,
+        ) {
+            providers.insert(name, p);
+        }
+    }
+    if c.errors.is_empty() {
+        Ok(Contract {
+            source: file.to_owned(),
+            settings,
+            environments: raw.environments,
+            providers,
+            warnings: c.warnings,
+        })
+    } else {
+        Err(ContractErrors(c.errors))
+    }
+}
+
+fn settings(c: &mut Checker<'_>, raw: RawSettings) -> Settings {
+    let d = Settings::default();
+    let at = At {
+        line: None,
+        provider: None,
+        event_type: None,
+    };
+    let s = Settings {
+        lease: c.duration(at, "settings.lease", raw.lease.as_deref(), d.lease),
+        horizon: c.duration(at, "settings.horizon", raw.horizon.as_deref(), d.horizon),
+        payload_retention: c.duration(
+            at,
+            "settings.payload_retention",
+            raw.payload_retention.as_deref(),
+            d.payload_retention,
+        ),
+        proof_retention: c.duration(
+            at,
+            "settings.proof_retention",
+            raw.proof_retention.as_deref(),
+            d.proof_retention,
+        ),
+        max_body_bytes: raw.max_body_bytes.unwrap_or(d.max_body_bytes),
+        max_depth: raw.max_depth.unwrap_or(d.max_depth),
+        breaker_threshold: raw.breaker_threshold.unwrap_or(d.breaker_threshold),
+        breaker_min_sample: raw.breaker_min_sample.unwrap_or(d.breaker_min_sample),
+        store: raw.store,
+    };
+    if !(0.0..=1.0).contains(&s.breaker_threshold) {
+        c.error(
+            at,
+            "settings.breaker_threshold",
+            "must be a share between 0 and 1 (0.005 is 0.5 %)",
+        );
+    }
+    if s.max_depth == 0 || s.max_body_bytes == 0 {
+        c.error(
+            at,
+            "settings",
+            "max_depth and max_body_bytes must be above zero",
+        );
+    }
+    if s.proof_retention < s.payload_retention {
+        c.error(
+            at,
+            "settings.proof_retention",
+            "proofs must outlive payloads: proof_retention is shorter than payload_retention",
+        );
+    }
+    s
+}
+
+fn provider(
+    c: &mut Checker<'_>,
+    name: &str,
+    line: usize,
+    raw: RawProvider,
+    settings: &Settings,
+    labels: &mut HashMap<(String, u32), (Strategy, String)>,
+) -> Option<Provider> {
+    let at = At {
+        line: Some(line),
+        provider: Some(name),
+        event_type: None,
+    };
+    let errors_before = c.errors.len();
+    let event_type = match (raw.event_type, raw.event_type_header) {
+        (Some(p), None) => c
+            .pointer(at, "event_type", &p)
+            .map(EventTypeSource::Pointer),
+        (None, Some(h)) => Some(EventTypeSource::Header(h.to_ascii_lowercase())),
+        _ => {
+            c.error(at, "event_type", "say where the event type is: `event_type = \"/json/pointer\"` or `event_type_header = \"name\"`, exactly one");
+            None
+        }
+    };
+    let signature = raw.signature.and_then(|s| signature(c, at, s));
+    let mut types = BTreeMap::new();
+    for (type_name, raw_type) in raw.types {
+        let line = c.line_of(raw_type.span().start);
+        let at = At {
+            line: Some(line),
+            provider: Some(name),
+            event_type: Some(&type_name),
+        };
+        if let Some(t) = event_type_def(
+            c,
+            at,
+            name,
+            &type_name,
+            raw_type.into_inner(),
+            settings,
+            labels,
+        ) {
+            types.insert(type_name, t);
+        }
+    }
+    if types.is_empty() && c.errors.len() == errors_before {
+        c.warnings.push(format!("provider {name:?} declares no event type: all its deliveries will go to reconciliation"));
+    }
+    Some(Provider {
+        name: name.to_owned(),
+        event_type: event_type?,
+        delivery_id_header: raw.delivery_id_header.map(|h| h.to_ascii_lowercase()),
+        signature,
+        types,
+    })
+}
+
+fn signature(c: &mut Checker<'_>, at: At<'_>, raw: RawSignature) -> Option<Signature> {
+    let tolerance = c.duration(
+        at,
+        "signature.tolerance",
+        raw.tolerance.as_deref(),
+        Duration::from_secs(300),
+    );
+    let secret = c.secret(at, "signature", raw.secret_env, raw.secret_file)?;
+    match raw.scheme.as_str() {
+        "standard-webhooks" => Some(Signature::StandardWebhooks { secret, tolerance }),
+        "hmac-sha256" => {
+            let Some(header) = raw.header else {
+                c.error(
+                    at,
+                    "signature.header",
+                    "hmac-sha256 needs the header that carries the signature",
+                );
+                return None;
+            };
+            let encoding = match raw.encoding.as_deref().unwrap_or("hex") {
+                "hex" => Encoding::Hex,
+                "base64" => Encoding::Base64,
+                other => {
+                    c.error(
+                        at,
+                        "signature.encoding",
+                        format!("{other:?} is not an encoding: use \"hex\" or \"base64\""),
+                    );
+                    return None;
+                }
+            };
+            Some(Signature::HmacSha256 {
+                header: header.to_ascii_lowercase(),
+                encoding,
+                prefix: raw.prefix,
+                timestamp_header: raw.timestamp_header.map(|h| h.to_ascii_lowercase()),
+                tolerance,
+                secret,
+            })
+        }
+        other => {
+            c.error(at, "signature.scheme", format!("{other:?} is not a signature scheme: use \"standard-webhooks\" or \"hmac-sha256\""));
+            None
+        }
+    }
+}
+
+fn declared(c: &mut Checker<'_>, at: At<'_>, field: &str, raw: Vec<RawDeclared>) -> Vec<Declared> {
+    let mut out = Vec::new();
+    for (i, d) in raw.into_iter().enumerate() {
+        let name = format!("{field}[{i}]");
+        let why = d.why.map(|w| w.trim().to_owned()).unwrap_or_default();
+        if why.is_empty() {
+            c.error(
+                at,
+                &name,
+                format!(
+                    "declaring {:?} needs a `why`: the written reason this field may be treated so",
+                    d.field
+                ),
+            );
+        }
+        if let Some(pointer) = c.pointer(at, &name, &d.field) {
+            if pointer.is_root() {
+                c.error(at, &name, "the whole document cannot be declared here");
+            }
+            out.push(Declared { pointer, why });
+        }
+    }
+    out
+}
+
+fn normalizations(
+    c: &mut Checker<'_>,
+    at: At<'_>,
+    field: &str,
+    ops: &[String],
+) -> Vec<Normalization> {
+    let mut out = Vec::new();
+    for op in ops {
+        match Normalization::parse(op) {
+            Some(n) => out.push(n),
+            None => c.error(
+                at,
+                field,
+                format!("{op:?} is not a normalization: use trim, lowercase, uppercase or utc"),
+            ),
+        }
+    }
+    out
+}
+
+fn event_type_def(
+    c: &mut Checker<'_>,
+    at: At<'_>,
+    provider: &str,
+    name: &str,
+    raw: RawType,
+    settings: &Settings,
+    labels: &mut HashMap<(String, u32), (Strategy, String)>,
+) -> Option<EventType> {
+    let errors_before = c.errors.len();
+    let criticality = match raw.criticality.as_deref() {
+        Some(s) => Criticality::parse(s).or_else(|| {
+            c.error(
+                at,
+                "criticality",
+                format!("{s:?} is not a criticality: use \"reversible\" or \"critical\""),
+            );
+            None
+        }),
+        None => {
+            c.error(
+                at,
+                "criticality",
+                "say what a duplicate or a loss costs: \"reversible\" or \"critical\"",
+            );
+            None
+        }
+    };
+    let resource = raw
+        .resource
+        .as_deref()
+        .and_then(|r| c.pointer(at, "resource", r));
+    let discriminants: Vec<Pointer> = raw
+        .discriminants
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| c.pointer(at, &format!("discriminants[{i}]"), d))
+        .collect();
+    let volatile_reviewed = raw.volatile.is_some();
+    let volatile = declared(c, at, "volatile", raw.volatile.unwrap_or_default());
+    let unordered = declared(c, at, "unordered", raw.unordered);
+    let mut normalize = Vec::new();
+    for (i, n) in raw.normalize.iter().enumerate() {
+        let field = format!("normalize[{i}]");
+        if let Some(p) = c.pointer(at, &field, &n.field) {
+            let ops = normalizations(c, at, &field, &n.ops);
+            normalize.push((p, ops));
+        }
+    }
+    let sensitive: Vec<Pointer> = raw
+        .sensitive
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| c.pointer(at, &format!("sensitive[{i}]"), s))
+        .collect();
+    for d in &discriminants {
+        if volatile.iter().any(|v| &v.pointer == d) {
+            c.error(at, "discriminants", format!("{d} is declared volatile and a discriminant: a field that changes between retries cannot tell two operations apart"));
+        }
+    }
+    for u in &unordered {
+        if volatile.iter().any(|v| v.pointer == u.pointer) {
+            c.error(
+                at,
+                "unordered",
+                format!("{} is declared both volatile and unordered", u.pointer),
+            );
+        }
+    }
+    let horizon = c.duration(at, "horizon", raw.horizon.as_deref(), settings.horizon);
+    let authority = raw
+        .authority
+        .and_then(|a| authority(c, at, a, resource.is_some()));
+
+    let mut strategies: Vec<Strategy> = Vec::new();
+    if raw.strategies.is_empty() {
+        c.error(
+            at,
+            "strategies",
+            "a type needs at least one strategy to make its effect key",
+        );
+    }
+    for (i, spanned) in raw.strategies.into_iter().enumerate() {
+        let line = c.line_of(spanned.span().start);
+        let sat = At {
+            line: Some(line),
+            ..at
+        };
+        let field = format!("strategies[{i}]");
+        let rs = spanned.into_inner();
+        let Some(level) = Level::parse(&rs.level) else {
+            c.error(
+                sat,
+                &format!("{field}.level"),
+                format!(
+                    "{:?} is not a level: use provider_id, business_ref, semantic or fingerprint",
+                    rs.level
+                ),
+            );
+            continue;
+        };
+        let confidence = match rs.confidence.as_deref() {
+            None => level.default_confidence(),
+            Some(s) => match Confidence::parse(s) {
+                Some(conf) => conf,
+                None => {
+                    c.error(
+                        sat,
+                        &format!("{field}.confidence"),
+                        format!("{s:?} is not a confidence: use strong, medium or weak"),
+                    );
+                    continue;
+                }
+            },
+        };
+        let scope = match rs.scope.as_deref() {
+            None | Some("type") => ScopeKind::Type,
+            Some("operation") => ScopeKind::Operation,
+            Some(s) => {
+                c.error(
+                    sat,
+                    &format!("{field}.scope"),
+                    format!("{s:?} is not a scope: use \"type\" or \"operation\""),
+                );
+                continue;
+            }
+        };
+        let mut fields = Vec::new();
+        for (j, f) in rs.fields.iter().enumerate() {
+            let fname = format!("{field}.fields[{j}]");
+            if let Some(pointer) = c.pointer(sat, &fname, f) {
+                let ops = rs
+                    .normalize
+                    .get(f)
+                    .map(|ops| normalizations(c, sat, &format!("{field}.normalize"), ops))
+                    .unwrap_or_default();
+                fields.push(Field {
+                    pointer,
+                    normalize: ops,
+                });
+            }
+        }
+        for key in rs.normalize.keys() {
+            if !rs.fields.contains(key) {
+                c.error(
+                    sat,
+                    &format!("{field}.normalize"),
+                    format!("{key} is normalized but is not one of the strategy's fields"),
+                );
+            }
+        }
+        if rs.version == 0 {
+            c.error(sat, &format!("{field}.version"), "versions start at 1");
+        }
+        if level != Level::Fingerprint && fields.is_empty() && rs.fields.is_empty() {
+            c.error(
+                sat,
+                &format!("{field}.fields"),
+                format!("a {level} strategy needs the fields that make its key"),
+            );
+        }
+        if level == Level::Fingerprint {
+            if !volatile_reviewed {
+                c.error(sat, &field, "a fingerprint strategy needs the type's volatile fields reviewed: declare `volatile = [...]` (an empty list if none, on purpose)");
+            }
+            if confidence == Confidence::Strong {
+                c.error(sat, &format!("{field}.confidence"), "a fingerprint cannot be strong: two legitimate operations can have identical bodies");
+            }
+        }
+        if let Some(prev) = strategies
+            .iter()
+            .find(|s| s.name == rs.name && s.version == rs.version)
+        {
+            let _ = prev;
+            c.error(
+                sat,
+                &format!("{field}.name"),
+                format!(
+                    "{}@{} appears twice in this type's hierarchy",
+                    rs.name, rs.version
+                ),
+            );
+            continue;
+        }
+        let strategy = Strategy {
+            name: rs.name.clone(),
+            version: rs.version,
+            level,
+            fields,
+            confidence,
+            horizon: c.duration(
+                sat,
+                &format!("{field}.horizon"),
+                rs.horizon.as_deref(),
+                horizon,
+            ),
+            scope,
+        };
+        let here = format!("{provider}/{name}");
+        match labels.get(&(rs.name.clone(), rs.version)) {
+            Some((existing, there)) if !same_definition(existing, &strategy) => {
+                c.error(
+                    sat,
+                    &format!("{field}.name"),
+                    format!(
+                        "{} is already defined differently in {there}: a new definition needs a new version, so old keys are never reinterpreted",
+                        strategy.label()
+                    ),
+                );
+            }
+            Some(_) => {}
+            None => {
+                labels.insert((rs.name.clone(), rs.version), (strategy.clone(), here));
+            }
+        }
+        strategies.push(strategy);
+    }
+
+    let criticality = criticality?;
+    if let Some(last) = strategies.last() {
+        if criticality == Criticality::Critical
+            && last.level == Level::Fingerprint
+            && last.confidence == Confidence::Weak
+            && authority.is_none()
+        {
+            c.warnings.push(format!(
+                "{}:{}: provider {provider:?}, type {name:?}: the critical type's last resort is a weak fingerprint ({}) and no authority is configured: every fingerprint match will wait for a person",
+                c.file,
+                at.line.unwrap_or(0),
+                last.label()
+            ));
+        }
+    }
+    if c.errors.len() != errors_before {
+        return None;
+    }
+    Some(EventType {
+        name: name.to_owned(),
+        provider: provider.to_owned(),
+        criticality,
+        operation: raw.operation.unwrap_or_else(|| name.to_owned()),
+        resource,
+        discriminants,
+        volatile,
+        volatile_reviewed,
+        unordered,
+        normalize,
+        sensitive,
+        durable: raw.durable,
+        horizon,
+        authority,
+        strategies,
+        line: at.line.unwrap_or(0),
+    })
+}
+
+/// Two strategies with one label are the same if everything but the horizon agrees: the
+/// horizon says how long the index remembers, not what the key means.
+fn same_definition(a: &Strategy, b: &Strategy) -> bool {
+    a.level == b.level && a.fields == b.fields && a.confidence == b.confidence && a.scope == b.scope
+}
+
+fn authority(
+    c: &mut Checker<'_>,
+    at: At<'_>,
+    raw: RawAuthority,
+    has_resource: bool,
+) -> Option<Authority> {
+    let before = c.errors.len();
+    // Every hole in the URL must be one we know how to fill.
+    let mut rest = raw.url.as_str();
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}') else {
+            c.error(at, "authority.url", "an opening '{' has no closing '}'");
+            break;
+        };
+        let hole = &rest[open + 1..open + close];
+        match hole {
+            "env" | "tenant" | "provider" => {}
+            "resource" if has_resource => {}
+            "resource" => c.error(at, "authority.url", "{resource} is used but the type declares no `resource`"),
+            h if h.starts_with('/') => {
+                c.pointer(at, "authority.url", h);
+            }
+            h => c.error(at, "authority.url", format!("{{{h}}} is not a known hole: use {{resource}}, {{env}}, {{tenant}}, {{provider}} or {{/json/pointer}}")),
+        }
+        rest = &rest[open + close + 1..];
+    }
+    if !(raw.url.starts_with("http://") || raw.url.starts_with("https://")) {
+        c.error(at, "authority.url", "must be an http:// or https:// URL");
+    }
+    let auth_secret = match (&raw.auth_header, raw.auth_secret_env, raw.auth_secret_file) {
+        (None, None, None) => None,
+        (Some(_), env, file) => c.secret(at, "authority", env, file),
+        (None, _, _) => {
+            c.error(
+                at,
+                "authority.auth_header",
+                "a secret is named but no header to send it in",
+            );
+            None
+        }
+    };
+    let operations = c.pointer(at, "authority.operations", &raw.operations);
+    let reference = c.pointer(at, "authority.reference", &raw.reference);
+    let mut fields = Vec::new();
+    for (ours, theirs) in &raw.fields {
+        if let (Some(a), Some(b)) = (
+            c.pointer(at, "authority.fields", ours),
+            c.pointer(at, "authority.fields", theirs),
+        ) {
+            fields.push((a, b));
+        }
+    }
+    if c.errors.len() != before {
+        return None;
+    }
+    Some(Authority {
+        url: raw.url,
+        auth_header: raw.auth_header,
+        auth_secret,
+        operations: operations?,
+        reference: reference?,
+        fields,
+    })
+}

@@ -1,0 +1,452 @@
+//! Identity: the transport key and the effect key of one delivery, computed from a contract's
+//! key hierarchy, with the reason each skipped strategy was skipped.
+//!
+//! Keys are scoped (tenant, provider, environment, event type or operation, strategy
+//! name+version, resource) and hashed with SHA-256 over an unambiguous JCS array, so the same
+//! JSON from two providers or two environments never shares a key. Sensitive fields enter keys
+//! only through HMAC-SHA-256 under a salt the caller supplies.
+
+use crate::canon::{to_jcs, to_key_form};
+use crate::contract::{EventType, EventTypeSource, Provider};
+use crate::json::Value;
+use crate::matrix::{Confidence, Difference, Keyed, Prior, Situation, TransportMatch};
+use crate::pointer::Pointer;
+use crate::strategy::{Level, ScopeKind, Strategy};
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+use std::time::Duration;
+
+/// Version of the key material layout; part of every key, so a layout change never collides.
+pub const KEY_LAYOUT: &str = "oncegate-key/1";
+
+/// Where a delivery came from: the scope shared by its keys.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    pub tenant: &'a str,
+    pub provider: &'a str,
+    pub env: &'a str,
+}
+
+/// The key of the packet itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransportKey {
+    pub key: String,
+    /// True when made from the provider's delivery-id header; false for the raw-body hash
+    /// (two legitimate operations can be byte-identical, so that is only a weak hint).
+    pub strong: bool,
+    /// What it was made from, for proofs.
+    pub source: String,
+}
+
+/// A field a strategy used, as a proof may show it (masked when sensitive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsedField {
+    pub pointer: String,
+    pub shown: String,
+}
+
+/// The effect key made by the first strategy of the hierarchy whose fields were all present.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectKey {
+    pub key: String,
+    pub strategy: String,
+    pub version: u32,
+    pub level: Level,
+    pub confidence: Confidence,
+    pub horizon: Duration,
+    /// The scope in words: `tenant/provider/env/type[/resource]`.
+    pub scope: String,
+    pub fields: Vec<UsedField>,
+}
+
+/// A strategy of the hierarchy that did not make the key, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub strategy: String,
+    pub level: Level,
+    pub why: String,
+}
+
+/// What the contract makes of one parsed delivery of a known type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub effect: Option<EffectKey>,
+    pub skipped: Vec<Skipped>,
+    /// Each discriminant's canonical value (an HMAC when sensitive), `None` when absent.
+    pub discriminants: Vec<(String, Option<String>)>,
+    /// The resource the type names (masked when sensitive), if declared and present.
+    pub resource: Option<String>,
+    /// Declared normalizations that could not be applied (the field is then left as sent).
+    pub notes: Vec<String>,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// SHA-256 of the raw body, as journaled for every reception.
+pub fn body_hash(body: &[u8]) -> String {
+    sha256_hex(body)
+}
+
+/// The keyed hash a sensitive value enters keys and proofs as.
+pub fn mask(salt: &[u8], value: &str) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(salt).expect("HMAC takes a key of any length");
+    mac.update(value.as_bytes());
+    format!("hmac:{}", hex::encode(mac.finalize().into_bytes()))
+}
+
+fn strings(parts: &[&str]) -> Value {
+    Value::Array(
+        parts
+            .iter()
+            .map(|p| Value::String((*p).to_owned()))
+            .collect(),
+    )
+}
+
+/// The transport key: the provider's delivery id when it sends one, else the raw body hash.
+pub fn transport_key(origin: Origin<'_>, delivery_id: Option<&str>, body: &[u8]) -> TransportKey {
+    let Origin {
+        tenant,
+        provider,
+        env,
+    } = origin;
+    match delivery_id.map(str::trim).filter(|id| !id.is_empty()) {
+        Some(id) => TransportKey {
+            key: sha256_hex(
+                to_jcs(&strings(&[
+                    "oncegate-transport/1",
+                    tenant,
+                    provider,
+                    env,
+                    "id",
+                    id,
+                ]))
+                .as_bytes(),
+            ),
+            strong: true,
+            source: "provider delivery id header".to_owned(),
+        },
+        None => TransportKey {
+            key: sha256_hex(
+                to_jcs(&strings(&[
+                    "oncegate-transport/1",
+                    tenant,
+                    provider,
+                    env,
+                    "body",
+                    &body_hash(body),
+                ]))
+                .as_bytes(),
+            ),
+            strong: false,
+            source: "raw body SHA-256".to_owned(),
+        },
+    }
+}
+
+/// Reads the event type a delivery declares.
+pub fn event_type_of(
+    provider: &Provider,
+    headers: &[(String, String)],
+    doc: &Value,
+) -> Result<String, String> {
+    match &provider.event_type {
+        EventTypeSource::Header(name) => headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| format!("the delivery has no {name} header naming its event type")),
+        EventTypeSource::Pointer(p) => match p.get(doc) {
+            Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+            Some(other) => Err(format!(
+                "the event type at {p} is a {}, not a string",
+                other.kind_name()
+            )),
+            None => Err(format!("the delivery has no event type at {p}")),
+        },
+    }
+}
+
+/// The body after the type's declared normalizations: volatile fields removed, declared
+/// strings rewritten, declared unordered arrays sorted. Nothing undeclared is touched.
+pub fn normalized(t: &EventType, doc: &Value) -> (Value, Vec<String>) {
+    let mut doc = doc.clone();
+    let mut notes = Vec::new();
+    for v in &t.volatile {
+        v.pointer.remove(&mut doc);
+    }
+    for (p, ops) in &t.normalize {
+        if let Some(value) = p.get_mut(&mut doc) {
+            for op in ops {
+                if let Err(e) = op.apply(value) {
+                    notes.push(format!("{p}: {e}"));
+                    break;
+                }
+            }
+        }
+    }
+    // Deepest first, so an unordered array inside another is sorted before its parent is.
+    let mut unordered: Vec<&Pointer> = t.unordered.iter().map(|u| &u.pointer).collect();
+    unordered.sort_by_key(|p| std::cmp::Reverse(p.as_str().matches('/').count()));
+    for p in unordered {
+        match p.get_mut(&mut doc) {
+            Some(Value::Array(items)) => {
+                let mut keyed: Vec<(String, Value)> =
+                    items.drain(..).map(|v| (to_key_form(&v), v)).collect();
+                keyed.sort_by(|a, b| a.0.cmp(&b.0));
+                items.extend(keyed.into_iter().map(|(_, v)| v));
+            }
+            Some(other) => notes.push(format!(
+                "{p}: declared unordered but is a {}, left as sent",
+                other.kind_name()
+            )),
+            None => {}
+        }
+    }
+    (doc, notes)
+}
+
+/// A present, meaningful value: absent, null and blank strings do not identify anything.
+fn meaningful(v: Option<&Value>) -> Result<&Value, &'static str> {
+    match v {
+        None => Err("absent"),
+        Some(Value::Null) => Err("null"),
+        Some(Value::String(s)) if s.trim().is_empty() => Err("blank"),
+        Some(v) => Ok(v),
+    }
+}
+
+/// Computes the effect identity of a parsed delivery of a known type.
+pub fn identify(t: &EventType, origin: Origin<'_>, doc: &Value, salt: &[u8]) -> Identity {
+    let (doc, notes) = normalized(t, doc);
+    let canonical = |p: &Pointer, v: &Value| {
+        let form = to_key_form(v);
+        if t.is_sensitive(p) {
+            mask(salt, &form)
+        } else {
+            form
+        }
+    };
+    let discriminants = t
+        .discriminants
+        .iter()
+        .map(|p| {
+            (
+                p.as_str().to_owned(),
+                meaningful(p.get(&doc)).ok().map(|v| canonical(p, v)),
+            )
+        })
+        .collect();
+    let resource = match &t.resource {
+        None => Ok(None),
+        Some(p) => match meaningful(p.get(&doc)) {
+            Ok(Value::String(s)) if !t.is_sensitive(p) => Ok(Some(s.clone())),
+            Ok(v) => Ok(Some(canonical(p, v))),
+            Err(what) => Err(format!("the resource {p} is {what}")),
+        },
+    };
+    let mut skipped = Vec::new();
+    let mut effect = None;
+    for s in &t.strategies {
+        let made = match &resource {
+            Err(why) => Err(why.clone()),
+            Ok(resource) => strategy_key(t, s, origin, &doc, resource.as_deref(), salt, &notes),
+        };
+        match made {
+            Ok(key) => {
+                effect = Some(key);
+                break;
+            }
+            Err(why) => skipped.push(Skipped {
+                strategy: s.label(),
+                level: s.level,
+                why,
+            }),
+        }
+    }
+    Identity {
+        effect,
+        skipped,
+        discriminants,
+        resource: resource.ok().flatten(),
+        notes,
+    }
+}
+
+fn strategy_key(
+    t: &EventType,
+    s: &Strategy,
+    origin: Origin<'_>,
+    doc: &Value,
+    resource: Option<&str>,
+    salt: &[u8],
+    notes: &[String],
+) -> Result<EffectKey, String> {
+    let mut parts: Vec<Value> = Vec::new();
+    let mut used = Vec::new();
+    let show = |p: &Pointer, form: &str| {
+        if t.is_sensitive(p) {
+            // Enough of the keyed hash to investigate, never the value.
+            format!("•••• ({})", &form[..form.len().min(17)])
+        } else {
+            form.to_owned()
+        }
+    };
+    if s.level == Level::Fingerprint {
+        if let Some(n) = notes.first() {
+            return Err(format!(
+                "a declared normalization failed ({n}), so the fingerprint would not be stable"
+            ));
+        }
+        // The whole document (or the declared parts), sensitive fields as keyed hashes.
+        let mut masked = doc.clone();
+        for p in &t.sensitive {
+            if let Some(v) = p.get_mut(&mut masked) {
+                *v = Value::String(mask(salt, &to_key_form(v)));
+            }
+        }
+        let roots: Vec<Pointer> = if s.fields.is_empty() {
+            vec![Pointer::parse("").expect("the root pointer parses")]
+        } else {
+            s.fields.iter().map(|f| f.pointer.clone()).collect()
+        };
+        for p in &roots {
+            let v = meaningful(p.get(&masked)).map_err(|what| format!("field {p} is {what}"))?;
+            let form = to_key_form(v);
+            used.push(UsedField {
+                pointer: p.as_str().to_owned(),
+                shown: format!("sha256:{}", &sha256_hex(form.as_bytes())[..16]),
+            });
+            parts.push(strings(&[p.as_str(), &form]));
+        }
+    } else {
+        for f in &s.fields {
+            let p = &f.pointer;
+            let v = meaningful(p.get(doc)).map_err(|what| format!("field {p} is {what}"))?;
+            let mut v = v.clone();
+            for op in &f.normalize {
+                op.apply(&mut v)
+                    .map_err(|e| format!("field {p} could not be normalized: {e}"))?;
+            }
+            let form = if t.is_sensitive(p) {
+                mask(salt, &to_key_form(&v))
+            } else {
+                to_key_form(&v)
+            };
+            used.push(UsedField {
+                pointer: p.as_str().to_owned(),
+                shown: show(p, &form),
+            });
+            parts.push(strings(&[p.as_str(), &form]));
+        }
+    }
+    let scope_name = match s.scope {
+        ScopeKind::Type => format!("type:{}", t.name),
+        ScopeKind::Operation => format!("operation:{}", t.operation),
+    };
+    let version = s.version.to_string();
+    let mut material = vec![
+        Value::String(KEY_LAYOUT.to_owned()),
+        Value::String(origin.tenant.to_owned()),
+        Value::String(origin.provider.to_owned()),
+        Value::String(origin.env.to_owned()),
+        Value::String(scope_name.clone()),
+        Value::String(s.name.clone()),
+        Value::String(version),
+        resource.map_or(Value::Null, |r| Value::String(r.to_owned())),
+    ];
+    material.push(Value::Array(parts));
+    let key = sha256_hex(to_jcs(&Value::Array(material)).as_bytes());
+    let mut scope = format!(
+        "{}/{}/{}/{}",
+        origin.tenant, origin.provider, origin.env, scope_name
+    );
+    if let Some(r) = resource {
+        scope.push('/');
+        scope.push_str(r);
+    }
+    Ok(EffectKey {
+        key,
+        strategy: s.name.clone(),
+        version: s.version,
+        level: s.level,
+        confidence: s.confidence,
+        horizon: s.horizon,
+        scope,
+        fields: used,
+    })
+}
+
+/// Discriminants that disagree between a stored effect and an incoming delivery. A field
+/// present on one side only is a difference too.
+pub fn differences(
+    existing: &[(String, Option<String>)],
+    incoming: &[(String, Option<String>)],
+) -> Vec<Difference> {
+    let mut out = Vec::new();
+    for (field, new) in incoming {
+        let old = existing
+            .iter()
+            .find(|(f, _)| f == field)
+            .and_then(|(_, v)| v.clone());
+        if &old != new {
+            out.push(Difference {
+                field: field.clone(),
+                existing: old,
+                incoming: new.clone(),
+            });
+        }
+    }
+    for (field, old) in existing {
+        if old.is_some() && !incoming.iter().any(|(f, _)| f == field) {
+            out.push(Difference {
+                field: field.clone(),
+                existing: old.clone(),
+                incoming: None,
+            });
+        }
+    }
+    out
+}
+
+/// Builds the matrix's input for an identified delivery from what the store found.
+pub fn situation(
+    t: &EventType,
+    identity: &Identity,
+    prior: Prior,
+    prior_discriminants: &[(String, Option<String>)],
+    transport: TransportMatch,
+    breaker_open: bool,
+) -> Situation {
+    let Some(key) = &identity.effect else {
+        let missing = identity
+            .skipped
+            .iter()
+            .map(|s| format!("{}: {}", s.strategy, s.why))
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Situation::NoKey {
+            criticality: t.criticality,
+            missing,
+        };
+    };
+    let differences = if prior == Prior::None {
+        Vec::new()
+    } else {
+        differences(prior_discriminants, &identity.discriminants)
+    };
+    Situation::Identified {
+        criticality: t.criticality,
+        authority: t.authority.is_some(),
+        breaker_open,
+        transport,
+        key: Keyed {
+            confidence: key.confidence,
+            prior,
+            differences,
+        },
+    }
+}

@@ -1,0 +1,220 @@
+//! Strategies: how one provider + event type makes its effect key, and the normalizations that
+//! make two spellings of the same value agree.
+
+use crate::json::Value;
+use crate::matrix::Confidence;
+use crate::pointer::Pointer;
+use std::fmt;
+use std::time::Duration;
+use time::format_description::well_known::Rfc3339;
+use time::{OffsetDateTime, UtcOffset};
+
+/// Kinds of key, strongest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Level {
+    /// A provider event id shown reliable by the corpus.
+    ProviderId,
+    /// Resource + operation + functional reference.
+    BusinessRef,
+    /// A combination of fields.
+    Semantic,
+    /// Canonical JSON hash minus declared volatile fields.
+    Fingerprint,
+}
+
+impl Level {
+    pub const ALL: [Level; 4] = [
+        Level::ProviderId,
+        Level::BusinessRef,
+        Level::Semantic,
+        Level::Fingerprint,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::ProviderId => "provider_id",
+            Level::BusinessRef => "business_ref",
+            Level::Semantic => "semantic",
+            Level::Fingerprint => "fingerprint",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Level> {
+        Level::ALL.into_iter().find(|l| l.as_str() == s)
+    }
+
+    /// The confidence a strategy of this level has unless the contract says otherwise.
+    pub fn default_confidence(self) -> Confidence {
+        match self {
+            Level::ProviderId | Level::BusinessRef => Confidence::Strong,
+            Level::Semantic => Confidence::Medium,
+            Level::Fingerprint => Confidence::Weak,
+        }
+    }
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A declared rewrite of one string value so that spellings of the same thing agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Normalization {
+    /// Leading and trailing whitespace removed.
+    Trim,
+    /// Unicode lower case.
+    Lowercase,
+    /// Unicode upper case.
+    Uppercase,
+    /// An RFC 3339 date-time rewritten in UTC (`2024-05-01T12:00:00Z`).
+    Utc,
+}
+
+impl Normalization {
+    pub const ALL: [Normalization; 4] = [
+        Normalization::Trim,
+        Normalization::Lowercase,
+        Normalization::Uppercase,
+        Normalization::Utc,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Normalization::Trim => "trim",
+            Normalization::Lowercase => "lowercase",
+            Normalization::Uppercase => "uppercase",
+            Normalization::Utc => "utc",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Normalization> {
+        Normalization::ALL.into_iter().find(|n| n.as_str() == s)
+    }
+
+    /// Applies the rewrite. Only strings are rewritten; a value of another kind, or a date that
+    /// does not parse, is an error rather than a silent guess.
+    pub fn apply(self, value: &mut Value) -> Result<(), String> {
+        let Value::String(s) = value else {
+            return Err(format!(
+                "{} applies to strings, found a {}",
+                self.as_str(),
+                value.kind_name()
+            ));
+        };
+        match self {
+            Normalization::Trim => {
+                let t = s.trim();
+                if t.len() != s.len() {
+                    *s = t.to_owned();
+                }
+            }
+            Normalization::Lowercase => *s = s.to_lowercase(),
+            Normalization::Uppercase => *s = s.to_uppercase(),
+            Normalization::Utc => {
+                let parsed = OffsetDateTime::parse(s, &Rfc3339)
+                    .map_err(|e| format!("{s:?} is not an RFC 3339 date-time ({e})"))?;
+                *s = parsed
+                    .to_offset(UtcOffset::UTC)
+                    .format(&Rfc3339)
+                    .map_err(|e| format!("{s:?} cannot be written in UTC ({e})"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the key's scope groups by, besides tenant, provider and environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScopeKind {
+    /// The event type (default): two types never share a key.
+    Type,
+    /// The type's operation name: types declaring the same operation (say `payment.succeeded`
+    /// and `charge.captured` both meaning "capture") share keys, so they are one effect.
+    Operation,
+}
+
+impl ScopeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScopeKind::Type => "type",
+            ScopeKind::Operation => "operation",
+        }
+    }
+}
+
+/// One field a strategy reads, with its own normalizations.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Field {
+    pub pointer: Pointer,
+    pub normalize: Vec<Normalization>,
+}
+
+/// A validated strategy.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Strategy {
+    pub name: String,
+    pub version: u32,
+    pub level: Level,
+    /// For `fingerprint`, the parts of the document hashed (empty: the whole document).
+    pub fields: Vec<Field>,
+    pub confidence: Confidence,
+    pub horizon: Duration,
+    pub scope: ScopeKind,
+}
+
+impl Strategy {
+    /// `name@version`, as proofs and logs show it.
+    pub fn label(&self) -> String {
+        format!("{}@{}", self.name, self.version)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &str) -> Value {
+        Value::String(v.to_owned())
+    }
+
+    #[test]
+    fn normalizations_rewrite_strings_only() {
+        let check = |n: Normalization, input: &str, expected: Result<&str, &str>| {
+            let mut v = s(input);
+            let got = n.apply(&mut v);
+            match expected {
+                Ok(e) => {
+                    assert_eq!(got, Ok(()), "{n:?} {input:?}");
+                    assert_eq!(v, s(e), "{n:?} {input:?}");
+                }
+                Err(part) => assert!(got.unwrap_err().contains(part), "{n:?} {input:?}"),
+            }
+        };
+        check(Normalization::Trim, "  ref-1 \n", Ok("ref-1"));
+        check(Normalization::Lowercase, "REF-É", Ok("ref-é"));
+        check(Normalization::Uppercase, "eur", Ok("EUR"));
+        check(
+            Normalization::Utc,
+            "2024-05-01T14:00:00+02:00",
+            Ok("2024-05-01T12:00:00Z"),
+        );
+        check(
+            Normalization::Utc,
+            "2024-05-01T12:00:00Z",
+            Ok("2024-05-01T12:00:00Z"),
+        );
+        check(
+            Normalization::Utc,
+            "2024-05-01T12:00:00.250-00:30",
+            Ok("2024-05-01T12:30:00.25Z"),
+        );
+        check(Normalization::Utc, "yesterday", Err("not an RFC 3339"));
+        let mut n = Value::Null;
+        assert!(Normalization::Trim
+            .apply(&mut n)
+            .unwrap_err()
+            .contains("found a null"));
+    }
+}

@@ -1,0 +1,154 @@
+//! The contract file: the shipped example is valid, and each refusal names file, line,
+//! provider, type and field.
+
+use oncegate_core::contract::{parse, ContractErrors};
+use oncegate_core::strategy::Level;
+
+const EXAMPLE: &str = include_str!("../../../../examples/oncegate.toml");
+
+#[test]
+fn the_shipped_example_is_valid_and_covers_the_required_cases() {
+    let c = parse("examples/oncegate.toml", EXAMPLE).unwrap_or_else(|e| panic!("{e}"));
+    let refund = c.event_type("payflow", "refund.created").unwrap();
+    assert!(
+        c.provider("payflow").unwrap().delivery_id_header.is_none(),
+        "a provider with no event id"
+    );
+    assert_eq!(refund.strategies.first().unwrap().level, Level::BusinessRef);
+    assert_eq!(refund.strategies.last().unwrap().level, Level::Fingerprint);
+    assert!(refund.authority.is_some());
+    assert!(c.provider("shopline").unwrap().delivery_id_header.is_some());
+    assert_eq!(
+        c.event_type("shopline", "customers/notify")
+            .unwrap()
+            .criticality
+            .as_str(),
+        "reversible"
+    );
+    let invoice = c.event_type("ledgerly", "invoice.finalized").unwrap();
+    assert!(invoice.unordered.is_empty(), "invoice lines are ordered");
+    let products = c.event_type("shopline", "products/update").unwrap();
+    assert_eq!(products.unordered[0].pointer.as_str(), "/product/tags");
+    assert!(c
+        .warnings
+        .iter()
+        .any(|w| w.contains("invoice.finalized") && w.contains("weak fingerprint")));
+}
+
+fn errors(text: &str) -> ContractErrors {
+    match parse("c.toml", text) {
+        Ok(_) => panic!("the contract should be refused:\n{text}"),
+        Err(e) => e,
+    }
+}
+
+#[track_caller]
+fn refused(text: &str, expected: &[&str]) {
+    let all = errors(text).to_string();
+    for part in expected {
+        assert!(all.contains(part), "{part:?} not in:\n{all}");
+    }
+}
+
+const HEAD: &str =
+    "[providers.p]\nevent_type = \"/type\"\n\n[providers.p.types.t]\ncriticality = \"critical\"\n";
+
+#[test]
+fn refusals_name_where_and_what() {
+    // Unknown pointer syntax.
+    refused(
+        &format!("{HEAD}[[providers.p.types.t.strategies]]\nname = \"s\"\nversion = 1\nlevel = \"semantic\"\nfields = [\"data/id\"]\n"),
+        &["c.toml:6:", "provider \"p\"", "type \"t\"", "field \"strategies[0].fields[0]\"", "must be empty or start with '/'"],
+    );
+    // A fingerprint with no volatile review.
+    refused(
+        &format!("{HEAD}[[providers.p.types.t.strategies]]\nname = \"fp\"\nversion = 1\nlevel = \"fingerprint\"\n"),
+        &["c.toml:6:", "field \"strategies[0]\"", "volatile = [...]"],
+    );
+    // A strong fingerprint.
+    refused(
+        &format!("{HEAD}volatile = []\n[[providers.p.types.t.strategies]]\nname = \"fp\"\nversion = 1\nlevel = \"fingerprint\"\nconfidence = \"strong\"\n"),
+        &["a fingerprint cannot be strong"],
+    );
+    // A volatile field declared without a reason.
+    refused(
+        &format!("{HEAD}volatile = [{{ field = \"/sent_at\" }}]\n[[providers.p.types.t.strategies]]\nname = \"fp\"\nversion = 1\nlevel = \"fingerprint\"\n"),
+        &["field \"volatile[0]\"", "needs a `why`"],
+    );
+    // Unknown keys are typos, not silence.
+    refused(
+        &format!("{HEAD}critical = true\n"),
+        &["c.toml:", "unknown field `critical`"],
+    );
+    // Bad level, bad criticality.
+    refused(
+        "[providers.p]\nevent_type = \"/type\"\n[providers.p.types.t]\ncriticality = \"meh\"\n[[providers.p.types.t.strategies]]\nname = \"s\"\nversion = 1\nlevel = \"hash\"\nfields = [\"/id\"]\n",
+        &["\"meh\" is not a criticality", "\"hash\" is not a level"],
+    );
+    // No strategy, no event type source.
+    refused(
+        "[providers.p]\n[providers.p.types.t]\ncriticality = \"reversible\"\n",
+        &["say where the event type is", "at least one strategy"],
+    );
+    // A secret may not be missing its source; durations must parse.
+    refused(
+        "[settings]\nlease = \"soon\"\n[providers.p]\nevent_type = \"/t\"\nsignature = { scheme = \"hmac-sha256\", header = \"x-sig\" }\n",
+        &["\"soon\" is not a duration", "`secret_env` or `secret_file`"],
+    );
+    // A contradiction: a volatile discriminant.
+    refused(
+        &format!("{HEAD}discriminants = [\"/sent_at\"]\nvolatile = [{{ field = \"/sent_at\", why = \"send time\" }}]\n[[providers.p.types.t.strategies]]\nname = \"s\"\nversion = 1\nlevel = \"semantic\"\nfields = [\"/id\"]\n"),
+        &["declared volatile and a discriminant"],
+    );
+    // The authority URL may only use holes we can fill.
+    refused(
+        &format!("{HEAD}[[providers.p.types.t.strategies]]\nname = \"s\"\nversion = 1\nlevel = \"semantic\"\nfields = [\"/id\"]\n[providers.p.types.t.authority]\nurl = \"https://x/{{resource}}/{{who}}\"\noperations = \"/items\"\nreference = \"/id\"\n"),
+        &["{resource} is used but the type declares no `resource`", "{who} is not a known hole"],
+    );
+}
+
+#[test]
+fn one_label_cannot_have_two_definitions() {
+    let text = "[providers.p]\nevent_type = \"/type\"\n\
+        [providers.p.types.a]\ncriticality = \"critical\"\n[[providers.p.types.a.strategies]]\nname = \"ref\"\nversion = 1\nlevel = \"business_ref\"\nfields = [\"/ref\"]\n\
+        [providers.p.types.b]\ncriticality = \"critical\"\n[[providers.p.types.b.strategies]]\nname = \"ref\"\nversion = 1\nlevel = \"business_ref\"\nfields = [\"/reference\"]\n";
+    refused(
+        text,
+        &[
+            "ref@1 is already defined differently in p/a",
+            "a new definition needs a new version",
+        ],
+    );
+    // The same definition reused, or a new version, is fine.
+    let same = text.replace("[\"/reference\"]", "[\"/ref\"]");
+    assert!(parse("c.toml", &same).is_ok());
+    let bumped = text.replacen(
+        "version = 1\nlevel = \"business_ref\"\nfields = [\"/reference\"]",
+        "version = 2\nlevel = \"business_ref\"\nfields = [\"/reference\"]",
+        1,
+    );
+    assert!(
+        parse("c.toml", &bumped).is_ok(),
+        "{:?}",
+        parse("c.toml", &bumped).err()
+    );
+    // Twice in one hierarchy.
+    let twice = format!(
+        "{HEAD}[[providers.p.types.t.strategies]]\nname = \"s\"\nversion = 1\nlevel = \"semantic\"\nfields = [\"/id\"]\n[[providers.p.types.t.strategies]]\nname = \"s\"\nversion = 1\nlevel = \"semantic\"\nfields = [\"/id\"]\n"
+    );
+    refused(&twice, &["s@1 appears twice"]);
+}
+
+#[test]
+fn toml_syntax_errors_carry_the_line() {
+    refused(
+        "[providers.p]\nevent_type = \"/t\"\nbroken = = 1\n",
+        &["c.toml:3:"],
+    );
+}
+
+#[test]
+fn all_errors_are_reported_together() {
+    let e = errors("[settings]\nlease = \"x\"\nhorizon = \"y\"\n");
+    assert_eq!(e.0.len(), 2, "{e}");
+}

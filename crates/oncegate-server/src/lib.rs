@@ -1,0 +1,1 @@
+//! The oncegate HTTP service: the only crate that knows HTTP and JSON wire types.
