@@ -9,7 +9,7 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode, Throughput};
 use oncegate_core::canon::{to_jcs, to_key_form};
 use oncegate_core::json::{parse, Limits};
 use sha2::{Digest, Sha256};
@@ -128,6 +128,9 @@ fn groups(c: &mut Criterion) {
     for (name, run) in VARIANTS {
         let mut group = c.benchmark_group(name);
         group.throughput(Throughput::Bytes(bytes as u64));
+        // Each iteration is a whole pass over the corpus (tens of milliseconds): flat sampling
+        // fits ten samples in the short measurement time.
+        group.sampling_mode(SamplingMode::Flat);
         group.bench_with_input(
             BenchmarkId::from_parameter("github-webhooks"),
             &bodies,

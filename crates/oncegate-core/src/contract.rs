@@ -525,6 +525,15 @@ fn settings(c: &mut Checker<'_>, raw: RawSettings) -> Settings {
             "must be a share between 0 and 1 (0.005 is 0.5 %)",
         );
     }
+    // Dropping and writing a parsed tree recurse once per level, so the depth limit is also
+    // what keeps a hostile body from exhausting the stack.
+    if s.max_depth > 1000 {
+        c.error(
+            at,
+            "settings.max_depth",
+            "must be at most 1000 (128 is the default)",
+        );
+    }
     if s.max_depth == 0 || s.max_body_bytes == 0 {
         c.error(
             at,

@@ -1,0 +1,3 @@
+//! The `oncegate` command end to end: the real binary, real files, real stdin.
+
+mod tools;

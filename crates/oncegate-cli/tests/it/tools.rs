@@ -1,0 +1,155 @@
+//! `canon`, `check` and `key` as a user runs them.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+const CONTRACT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/oncegate.toml");
+
+fn oncegate(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .args(args)
+        .env_remove("ONCEGATE_CONTRACT")
+        .env_remove("ONCEGATE_KEY_SALT")
+        .env_remove("ONCEGATE_KEY_SALT_FILE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn canon_prints_rfc_8785_bytes() {
+    let out = oncegate(
+        &["canon"],
+        "{ \"b\" : 1.0, \"a\" : \"\\u20ac\", \"c\": [1e21, -0] }",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "{\"a\":\"€\",\"b\":1,\"c\":[1e+21,0]}\n");
+    let bad = oncegate(&["canon"], "{\"a\":1,\"a\":2}");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        text(&bad.stderr).contains("duplicate object key \"a\" at byte"),
+        "{}",
+        text(&bad.stderr)
+    );
+}
+
+#[test]
+fn canon_lines_reports_each_bad_line_and_fails_at_the_end() {
+    let out = oncegate(
+        &["canon", "--lines"],
+        "{\"b\":2,\"a\":1}\n[1,\n\"\\ud800\"\n{}\n",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_eq!(lines[0], "{\"a\":1,\"b\":2}");
+    assert!(
+        lines[1].starts_with("{\"error\":{\"line\":2,"),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[2].contains("lone UTF-16 surrogate"), "{}", lines[2]);
+    assert_eq!(lines[3], "{}");
+    assert!(text(&out.stderr).contains("2 of 4 lines"));
+    let ok = oncegate(&["canon", "--lines"], "1\n\"x\"\n");
+    assert!(ok.status.success());
+}
+
+#[test]
+fn check_prints_every_hierarchy() {
+    let out = oncegate(&["check", CONTRACT], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    for part in [
+        "refund-request-ref@1",
+        "refund-fingerprint@1",
+        "business_ref",
+        "fingerprint",
+        "type products/update",
+        "unordered /product/tags",
+    ] {
+        assert!(stdout.contains(part), "{part} missing from:\n{stdout}");
+    }
+    assert!(
+        text(&out.stderr).contains("warning:"),
+        "the example's weak-fingerprint warning is shown"
+    );
+}
+
+#[test]
+fn check_refuses_a_bad_contract_with_its_location() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "[providers.p]\nevent_type = \"type\"\n").unwrap();
+    let out = oncegate(&["check", path.to_str().unwrap()], "");
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("bad.toml:1: provider \"p\", field \"event_type\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn key_explains_which_strategy_made_the_key() {
+    let refund = r#"{"type":"refund.created","sent_at":"2024-05-01T10:00:00Z","data":{"payment_id":"pay_1","amount":1500,"currency":"EUR","customer_email":"jane@example.com"}}"#;
+    // A type with sensitive fields needs the salt.
+    let out = oncegate(
+        &["key", "--provider", "payflow", "--contract", CONTRACT],
+        refund,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("ONCEGATE_KEY_SALT"));
+    let run = |body: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_oncegate"))
+            .args(["key", "--provider", "payflow", "--contract", CONTRACT])
+            .env("ONCEGATE_KEY_SALT", "salt")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(body.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = run(refund);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(
+            "skipped:    refund-request-ref@1 (business_ref): field /data/request_ref is absent"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("strategy:   refund-fingerprint@1 level fingerprint confidence weak"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("jane@example.com"), "{stdout}");
+    let key_line = |s: &str| {
+        s.lines()
+            .find(|l| l.starts_with("key:"))
+            .unwrap()
+            .to_owned()
+    };
+    let retry = r#"{"data":{"currency":"EUR","amount":15e2,"customer_email":"jane@example.com","payment_id":"pay_1"},"sent_at":"2024-05-01T10:09:00Z","type":"refund.created"}"#;
+    assert_eq!(key_line(&stdout), key_line(&text(&run(retry).stdout)));
+}
