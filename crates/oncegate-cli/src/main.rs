@@ -3,13 +3,18 @@
 mod canon;
 mod check;
 mod contract;
+mod demo;
+mod explain;
 mod key;
+mod report;
 mod salt;
+mod serve;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(
@@ -22,8 +27,40 @@ struct Cli {
     command: Command,
 }
 
+fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration like 30s or 5m ({e})"))
+}
+
 #[derive(Subcommand)]
 enum Command {
+    /// Serve the HTTP API (`/v1`, `/metrics`, `/healthz`, `/readyz`).
+    Serve {
+        #[arg(
+            long,
+            env = "ONCEGATE_CONTRACT",
+            default_value = "examples/oncegate.toml"
+        )]
+        contract: PathBuf,
+        /// `postgres://…` or a SQLite path (default: the contract's `settings.store`, else `oncegate.db`).
+        #[arg(long, env = "ONCEGATE_STORE")]
+        store: Option<String>,
+        #[arg(long, env = "ONCEGATE_LISTEN", default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// Reservation lease (overrides the contract's `settings.lease`).
+        #[arg(long, value_parser = duration)]
+        lease: Option<Duration>,
+        #[arg(long, value_parser = duration, default_value = "10s")]
+        request_timeout: Duration,
+        /// Serve `/metrics` without a bearer token.
+        #[arg(long)]
+        metrics_public: bool,
+        /// Log JSON lines instead of text (also `ONCEGATE_LOG=json`).
+        #[arg(long)]
+        log_json: bool,
+    },
+    /// Replay the source story (a re-encoded retry, two legitimate refunds) against the real service.
+    Demo,
     /// Print the RFC 8785 (JCS) canonical form of the JSON read on stdin.
     Canon {
         /// Read JSON Lines: one canonical line (or one error line) per input line.
@@ -57,6 +94,20 @@ enum Command {
         )]
         contract: PathBuf,
     },
+    /// Explain one delivery: decision, reason, strategy and the ones skipped, key, links, effect, resolution.
+    Explain {
+        delivery_id: String,
+        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
+        store: String,
+    },
+    /// Received, applied, ignored, pending and the unexplained gap, per provider/env/type.
+    Report {
+        /// Only deliveries received at or after this RFC 3339 instant (default: 24 hours ago).
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
+        store: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -79,6 +130,59 @@ fn main() -> ExitCode {
             event_type.as_deref(),
             &headers,
         ),
+        Command::Serve {
+            contract,
+            store,
+            listen,
+            lease,
+            request_timeout,
+            metrics_public,
+            log_json,
+        } => {
+            let json = log_json || std::env::var("ONCEGATE_LOG").is_ok_and(|v| v == "json");
+            oncegate_server::init_logging(json);
+            runtime()
+                .and_then(|rt| {
+                    rt.block_on(serve::run(serve::Options {
+                        contract: &contract,
+                        store: store.as_deref(),
+                        listen: &listen,
+                        lease,
+                        request_timeout,
+                        metrics_public,
+                    }))
+                })
+                .map(|()| ExitCode::SUCCESS)
+        }
+        Command::Demo => runtime()
+            .and_then(|rt| rt.block_on(demo::run()))
+            .map(|()| ExitCode::SUCCESS),
+        Command::Explain { delivery_id, store } => runtime()
+            .and_then(|rt| {
+                rt.block_on(async {
+                    let store = oncegate_store::open(&store).await?;
+                    print!("{}", explain::render(store.as_ref(), &delivery_id).await?);
+                    Ok(())
+                })
+            })
+            .map(|()| ExitCode::SUCCESS),
+        Command::Report { since, store } => runtime()
+            .and_then(|rt| {
+                rt.block_on(async {
+                    let since = match since {
+                        Some(s) => time::OffsetDateTime::parse(
+                            &s,
+                            &time::format_description::well_known::Rfc3339,
+                        )
+                        .with_context(|| format!("--since {s:?} is not an RFC 3339 instant"))?,
+                        None => time::OffsetDateTime::now_utc() - time::Duration::days(1),
+                    };
+                    let store = oncegate_store::open(&store).await?;
+                    print!("{}", report::render(store.as_ref(), since).await?);
+                    Ok(())
+                })
+            })
+            .map(|()| ExitCode::SUCCESS),
     };
     match outcome {
         Ok(code) => code,
@@ -87,4 +191,11 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
 }

@@ -1,1 +1,143 @@
 //! The oncegate HTTP service: the only crate that knows HTTP and JSON wire types.
+//!
+//! It turns the pure engine (`oncegate-core`) and the durable store (`oncegate-store`) into the
+//! `/v1` API of issue 4: providers post deliveries and get a decision, callers complete or fail
+//! the effects they reserved, operators read proofs, work the queue and read the report.
+//!
+//! Build a [`ServiceConfig`], then either mount [`router`] yourself or call [`serve`] with a
+//! bound listener and a shutdown future.
+//!
+//! | route | who | answers |
+//! |---|---|---|
+//! | `POST /v1/deliveries/{tenant}/{provider}/{env}` | provider signature, or bearer `ingest`/`admin` | 200 decision; 400 malformed; 401 bad signature/token; 403 role; 413 too large; 503 store down or timeout |
+//! | `POST /v1/effects/{effect_id}/complete` · `/fail` · `/heartbeat` | bearer `ingest`/`admin` + reservation token | 200; 400 invalid token or body; 404 unknown/other tenant; 409 stale token or lost lease |
+//! | `GET /v1/deliveries/{delivery_id}[?payload=true]` | bearer `operator`/`admin` (payload: `admin`) | 200 proof; 403; 404 |
+//! | `GET /v1/queue?kind=&status=` | bearer `operator`/`admin` | 200 `{items}`; 400 |
+//! | `POST /v1/queue/{delivery_id}/resolve` | bearer `operator`/`admin` | 200 item; 400; 404 not queued/other tenant; 409 already resolved |
+//! | `POST /v1/work/claim` | bearer `ingest`/`admin` | 200 `{items}`; 400 |
+//! | `GET /v1/report?since=&tenant=` | bearer `operator`/`admin` | 200 `{rows, total}`; 400; 404 other tenant |
+//! | `GET /metrics` | open, or bearer `operator`/`admin` | 200 Prometheus text |
+//! | `GET /healthz` · `GET /readyz` | anyone | 200; `/readyz` 503 when the store does not answer |
+//!
+//! Every error is `{"error":{"code","message"}}`. Everything the service needs comes in through the
+//! config (the contract, the store, the salt, tokens, provider secrets, the clock), so tests and
+//! the CLI drive the very same code.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use oncegate_core::contract::Contract;
+use oncegate_store::Store;
+use time::OffsetDateTime;
+
+mod auth;
+mod error;
+mod ingest;
+mod logging;
+mod metrics;
+mod reservation;
+mod routes;
+mod secrets;
+mod signature;
+mod state;
+mod wire;
+
+pub use auth::{ApiToken, Role};
+pub use error::ApiError;
+pub use logging::init_logging;
+pub use secrets::ProviderSecrets;
+pub use signature::{sign_hmac, sign_standard_webhooks};
+
+/// Where the service reads the time. Tests inject a fixed or stepped clock; production uses
+/// [`system_clock`].
+pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
+
+/// The wall clock, in UTC.
+pub fn system_clock() -> Clock {
+    Arc::new(OffsetDateTime::now_utc)
+}
+
+/// Everything the service needs, resolved by the caller (the CLI reads files and the
+/// environment; tests build it directly).
+#[derive(Clone)]
+pub struct ServiceConfig {
+    pub contract: Arc<Contract>,
+    pub store: Arc<dyn Store>,
+    /// The key salt for sensitive fields (HMAC-SHA-256). The reservation-token key is derived
+    /// from it too, so a restarted instance (or a sibling sharing the salt) accepts the tokens
+    /// its predecessor handed out.
+    pub salt: Vec<u8>,
+    /// Bearer tokens; an empty list means only signed provider posts are accepted.
+    pub tokens: Vec<ApiToken>,
+    /// Signing secrets per provider, resolved from the environment or files.
+    pub secrets: ProviderSecrets,
+    /// When false, `/metrics` needs an operator or admin bearer token.
+    pub metrics_public: bool,
+    /// How long one request may take before it is answered `503 timeout`. A decision already
+    /// under way still finishes and is recorded; the provider's retry then finds it.
+    pub request_timeout: Duration,
+    /// Overrides the contract's `settings.lease` for `process` reservations.
+    pub lease: Option<Duration>,
+    pub clock: Clock,
+}
+
+impl ServiceConfig {
+    /// A config with no tokens, no secrets, private metrics, a 10-second request timeout, the
+    /// contract's lease and the system clock.
+    pub fn new(contract: Arc<Contract>, store: Arc<dyn Store>, salt: Vec<u8>) -> Self {
+        ServiceConfig {
+            contract,
+            store,
+            salt,
+            tokens: Vec::new(),
+            secrets: ProviderSecrets::default(),
+            metrics_public: false,
+            request_timeout: Duration::from_secs(10),
+            lease: None,
+            clock: system_clock(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ServiceConfig {
+    // Written by hand so the salt, tokens and secrets can never reach a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceConfig")
+            .field("contract", &self.contract.source)
+            .field("store", &self.store.backend())
+            .field("salt", &"<redacted>")
+            .field("tokens", &self.tokens.len())
+            .field("secrets", &self.secrets)
+            .field("metrics_public", &self.metrics_public)
+            .field("request_timeout", &self.request_timeout)
+            .field("lease", &self.lease)
+            .finish()
+    }
+}
+
+/// The whole HTTP API as an axum router, ready to be served.
+pub fn router(config: ServiceConfig) -> axum::Router {
+    routes::router(state::AppState::new(config))
+}
+
+/// Serves the API on `listener` until `shutdown` resolves, then stops accepting connections and
+/// lets in-flight requests finish (a decision under way is always completed and recorded).
+///
+/// Beside the HTTP server it runs a small upkeep loop: leases that passed are turned into
+/// `unknown`, and receptions whose decision could not be recorded while the store was down are
+/// recorded as rejected once it is back.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    config: ServiceConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let state = state::AppState::new(config);
+    let upkeep = tokio::spawn(state::upkeep(state.clone()));
+    let app = routes::router(state);
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    upkeep.abort();
+    result
+}

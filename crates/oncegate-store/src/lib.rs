@@ -1,1 +1,191 @@
-//! Durable storage for oncegate: the Store trait and its SQLite and PostgreSQL backends.
+//! Durable storage for oncegate: deliveries, effects, reservations, proofs and the ambiguity
+//! queue, behind one `Store` trait with an embedded SQLite backend (the default) and a
+//! PostgreSQL backend (for many stateless instances sharing one database).
+//!
+//! This is where the service's atomicity lives. A delivery is journaled first, in its own
+//! commit; then one `decide` transaction reads what is known about its transport key and effect
+//! key, runs the (pure) decision matrix on that view, and writes the decision's consequence
+//! (a reservation, a link, a queue item) together with its proof. A `process` answer is only
+//! given once its reservation has committed, and a key has exactly one winner under any
+//! concurrency because the reservation is an atomic insert into a unique index.
+//!
+//! Time always comes in as an argument; ids are generated here (time-ordered ULIDs).
+
+use std::sync::Arc;
+
+use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
+use oncegate_core::matrix::Decision;
+use time::{Duration, OffsetDateTime};
+
+pub mod decision;
+pub mod delivery;
+pub mod effect;
+pub mod error;
+pub mod queue;
+pub mod report;
+pub mod retention;
+
+mod codes;
+mod operations;
+mod plan;
+pub mod postgres;
+mod schema;
+mod sql;
+pub mod sqlite;
+
+pub use decision::{
+    DecideOutcome, DecideRequest, EffectKey, Horizon, PriorEffect, PriorView, ProofRecord,
+    Reservation, StrategyRef,
+};
+pub use delivery::{
+    DeliveryFilter, DeliveryRecord, DeliverySummary, NewReception, TenantFilter, TransportKey,
+    TransportStrength,
+};
+pub use effect::{Claim, EffectLink, EffectRecord, EffectState, LinkKind};
+pub use error::StoreError;
+pub use queue::{
+    Proposal, QueueFilter, QueueItem, QueueKind, QueueStatus, Resolution, ResolutionOutcome,
+    ResolutionRecord,
+};
+pub use report::{Report, ReportCounts, ReportRow};
+pub use retention::{PurgeCounts, PurgePolicy};
+
+/// The decision matrix as the store runs it: pure, synchronous, and possibly run more than
+/// once per delivery (when a race changed the prior, the store re-reads it and asks again).
+pub type Matrix<'a> = &'a (dyn Fn(&PriorView) -> Decision + Send + Sync);
+
+/// Everything the service and the tools need from durable storage. Both backends pass the
+/// same conformance suite (`tests/it`).
+#[async_trait::async_trait]
+pub trait Store: Send + Sync {
+    /// `"sqlite"` or `"postgres"`, for logs and metrics.
+    fn backend(&self) -> &'static str;
+
+    /// Readiness: the database answers and accepts a trivial query.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Journals one reception in its own commit, before anything is decided (rejected ones
+    /// too) and returns its new id.
+    async fn journal(&self, reception: NewReception) -> Result<DeliveryId, StoreError>;
+
+    /// The decision transaction: reads the transport match and the prior effect for the key,
+    /// runs `matrix` on that view, and applies its decision with the proof, atomically.
+    ///
+    /// * `Process` on a new key reserves it (effect + unique index entry); a lost race re-reads
+    ///   the prior and runs `matrix` again, so exactly one caller ever gets `process` for a key.
+    /// * `Process` on a prior failed (retryable) or unknown effect takes it over: same effect,
+    ///   fencing token + 1, a new lease.
+    /// * `Process` flagged `possible_duplicate` or `unkeyed` creates a new effect outside the
+    ///   unique index (it may be a distinct operation); flagged `prior_purged`, the new effect
+    ///   takes over the expired index slot.
+    /// * `Ignore` links the delivery to the existing effect; `Quarantine` / `Reconcile` open a
+    ///   queue item; `Reject` writes only the proof.
+    ///
+    /// A delivery is decided once: a second `decide` for it is a `Conflict`.
+    async fn decide(
+        &self,
+        request: DecideRequest,
+        matrix: Matrix<'_>,
+    ) -> Result<DecideOutcome, StoreError>;
+
+    /// Records the effect's result (a reference to the transaction, resource and rule version,
+    /// as JSON text; never the payload). Refused with `StaleToken` when another holder took
+    /// over, `LeaseLost` when the lease passed or an outcome is already recorded.
+    async fn complete(
+        &self,
+        effect: &EffectId,
+        token: u64,
+        result: &str,
+        now: OffsetDateTime,
+    ) -> Result<(), StoreError>;
+
+    /// Records a failure; a retryable one lets the next delivery of the key take over.
+    async fn fail(
+        &self,
+        effect: &EffectId,
+        token: u64,
+        retryable: bool,
+        error: &str,
+        now: OffsetDateTime,
+    ) -> Result<(), StoreError>;
+
+    /// Extends a live reservation's lease to `now + lease` and returns the new deadline.
+    async fn heartbeat(
+        &self,
+        effect: &EffectId,
+        token: u64,
+        lease: Duration,
+        now: OffsetDateTime,
+    ) -> Result<OffsetDateTime, StoreError>;
+
+    /// Turns every reservation whose lease passed into `unknown` (nothing is re-run) and
+    /// returns those effects.
+    async fn expire_leases(&self, now: OffsetDateTime) -> Result<Vec<EffectId>, StoreError>;
+
+    async fn delivery(&self, id: &DeliveryId) -> Result<Option<DeliveryRecord>, StoreError>;
+
+    async fn proof(&self, id: &DeliveryId) -> Result<Option<ProofRecord>, StoreError>;
+
+    /// The effect with every delivery linked to it.
+    async fn effect(&self, id: &EffectId) -> Result<Option<EffectRecord>, StoreError>;
+
+    /// Deliveries matching the filter, newest first, without their bodies.
+    async fn deliveries(&self, filter: &DeliveryFilter)
+        -> Result<Vec<DeliverySummary>, StoreError>;
+
+    /// Queue items matching the filter, oldest first.
+    async fn queue_list(&self, filter: &QueueFilter) -> Result<Vec<QueueItem>, StoreError>;
+
+    async fn queue_item(&self, id: &QueueItemId) -> Result<Option<QueueItem>, StoreError>;
+
+    /// Settles an open queue item: `distinct` releases the delivery as a new claimable effect
+    /// carrying the authoritative reference; `duplicate` links it to the existing effect.
+    /// Resolving an item twice is a `Conflict`.
+    async fn resolve(
+        &self,
+        item: &QueueItemId,
+        resolution: Resolution,
+    ) -> Result<QueueItem, StoreError>;
+
+    /// Hands one released effect (oldest first) to `worker` exclusively, as a reservation with
+    /// a fencing token and a lease; `None` when there is no work.
+    async fn claim(
+        &self,
+        worker: &str,
+        tenants: &TenantFilter,
+        lease: Duration,
+        now: OffsetDateTime,
+    ) -> Result<Option<Claim>, StoreError>;
+
+    /// Aggregates deliveries received at or after `since`, and what became of them.
+    async fn report(
+        &self,
+        tenants: &TenantFilter,
+        since: OffsetDateTime,
+    ) -> Result<Report, StoreError>;
+
+    /// Applies the retention rules; with `dry_run` only counts what would go.
+    async fn purge(
+        &self,
+        policy: &PurgePolicy,
+        now: OffsetDateTime,
+        dry_run: bool,
+    ) -> Result<PurgeCounts, StoreError>;
+}
+
+/// Opens the store a URL names and applies the embedded migrations: `postgres://…` or
+/// `postgresql://…` for PostgreSQL; `sqlite://path`, `sqlite:path` or a plain path for SQLite.
+pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(postgres::PgStore::open(url).await?))
+    } else {
+        let path = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .unwrap_or(url);
+        if path.is_empty() {
+            return Err(StoreError::Config("the SQLite path is empty".to_owned()));
+        }
+        Ok(Arc::new(sqlite::SqliteStore::open(path).await?))
+    }
+}

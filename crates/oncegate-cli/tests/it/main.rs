@@ -1,3 +1,4 @@
 //! The `oncegate` command end to end: the real binary, real files, real stdin.
 
+mod serve;
 mod tools;

@@ -153,3 +153,75 @@ fn key_explains_which_strategy_made_the_key() {
     let retry = r#"{"data":{"currency":"EUR","amount":15e2,"customer_email":"jane@example.com","payment_id":"pay_1"},"sent_at":"2024-05-01T10:09:00Z","type":"refund.created"}"#;
     assert_eq!(key_line(&stdout), key_line(&text(&run(retry).stdout)));
 }
+
+#[test]
+fn demo_tells_the_story_and_ends_with_a_zero_gap() {
+    let out = oncegate(&["demo"], "");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let step = |n: &str| {
+        let start = stdout
+            .find(&format!("\n{n}. "))
+            .unwrap_or_else(|| panic!("step {n} missing:\n{stdout}"));
+        stdout[start..]
+            .lines()
+            .nth(2)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        step("2").contains("IGNORE"),
+        "the re-encoded capture is ignored:\n{stdout}"
+    );
+    assert!(
+        step("4").contains("RECONCILE"),
+        "the second refund is held, not dropped:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("resolved distinct (authoritative ref re_3Kd8)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("skipped    refund-request-ref@1: field /data/request_ref is absent"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("unexplained gap: 0"), "{stdout}");
+    assert!(
+        !stdout.contains("jane@example.com"),
+        "sensitive values never shown"
+    );
+}
+
+#[test]
+fn explain_and_report_read_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("o.db");
+    let db = db.to_str().unwrap();
+    let out = oncegate(
+        &["explain", "dlv_01m8njka0ssncqxyz2b0jcyphq", "--store", db],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("no delivery dlv_01m8njka0ssncqxyz2b0jcyphq"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = oncegate(
+        &["explain", "eff_01m8njka0ssncqxyz2b0jcyphq", "--store", db],
+        "",
+    );
+    assert!(
+        text(&out.stderr).contains("not a valid delivery id"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = oncegate(
+        &["report", "--store", db, "--since", "2020-01-01T00:00:00Z"],
+        "",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("unexplained gap: 0"));
+    let out = oncegate(&["report", "--store", db, "--since", "yesterday"], "");
+    assert!(text(&out.stderr).contains("not an RFC 3339 instant"));
+}

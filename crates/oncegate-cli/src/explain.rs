@@ -1,0 +1,186 @@
+//! `oncegate explain`: one delivery's proof as a page of text a support engineer can read out,
+//! without recomputing any key by hand.
+
+use anyhow::{anyhow, Result};
+use oncegate_core::ids::DeliveryId;
+use oncegate_store::Store;
+use std::fmt::Write as _;
+use time::format_description::well_known::Rfc3339;
+
+fn when(t: time::OffsetDateTime) -> String {
+    t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
+}
+
+/// Renders the proof of `id` from the store.
+pub async fn render(store: &dyn Store, id: &str) -> Result<String> {
+    let id: DeliveryId = id.parse().map_err(|e| anyhow!("{e}"))?;
+    let delivery = store
+        .delivery(&id)
+        .await?
+        .ok_or_else(|| anyhow!("no delivery {id} in this store"))?;
+    let mut out = String::new();
+    let w = &mut out;
+    writeln!(w, "delivery {id}")?;
+    writeln!(
+        w,
+        "  received   {} from {}/{}/{} type {} ({} bytes, sha256 {})",
+        when(delivery.received_at),
+        delivery.tenant,
+        delivery.provider,
+        delivery.env,
+        delivery.event_type.as_deref().unwrap_or("(unknown)"),
+        delivery.size,
+        &delivery.body_sha256[..delivery.body_sha256.len().min(16)]
+    )?;
+    if let Some(t) = &delivery.transport_key {
+        writeln!(w, "  transport  {} key {}", t.strength.as_str(), t.value)?;
+    }
+    let Some(proof) = store.proof(&id).await? else {
+        writeln!(w, "  decision   none recorded: this reception has no proof (it counts in the report's unexplained gap)")?;
+        return Ok(out);
+    };
+    writeln!(
+        w,
+        "  decision   {} (rule {}, matrix v{})",
+        proof.action, proof.rule, proof.matrix_version
+    )?;
+    writeln!(w, "  reason     {}", proof.reason)?;
+    if let Some(layer) = proof.layer {
+        writeln!(w, "  layer      {}", layer.as_str())?;
+    }
+    if !proof.flags.is_empty() {
+        let flags: Vec<&str> = proof.flags.iter().map(|f| f.as_str()).collect();
+        writeln!(w, "  flags      {}", flags.join(", "))?;
+    }
+    match &proof.strategy {
+        Some(s) => writeln!(
+            w,
+            "  strategy   {}@{} level {} confidence {}",
+            s.name,
+            s.version,
+            s.level,
+            proof.confidence.map_or("?", |c| c.as_str())
+        )?,
+        None => writeln!(w, "  strategy   none applied")?,
+    }
+    // The service keeps what the core computed (skipped strategies, fields used) as JSON.
+    if let Ok(details) = serde_json::from_str::<serde_json::Value>(&proof.details_json) {
+        let skipped = details
+            .get("skipped")
+            .or_else(|| details.get("skipped_strategies"));
+        if let Some(skipped) = skipped.and_then(|s| s.as_array()) {
+            for s in skipped {
+                writeln!(
+                    w,
+                    "  skipped    {}@{}: {}",
+                    s.get("name").and_then(|v| v.as_str()).unwrap_or("?"),
+                    s.get("version")
+                        .map(ToString::to_string)
+                        .unwrap_or_default(),
+                    s.get("why").and_then(|v| v.as_str()).unwrap_or("?")
+                )?;
+            }
+        }
+        if let Some(fields) = details.get("fields").and_then(|s| s.as_array()) {
+            for f in fields {
+                let pointer = f.get("pointer").and_then(|v| v.as_str()).unwrap_or("?");
+                let pointer = if pointer.is_empty() {
+                    "(canonical body)"
+                } else {
+                    pointer
+                };
+                writeln!(
+                    w,
+                    "  field      {pointer} = {}",
+                    f.get("shown").and_then(|v| v.as_str()).unwrap_or("?")
+                )?;
+            }
+        }
+        if let Some(scope) = details.get("scope").and_then(|v| v.as_str()) {
+            writeln!(w, "  scope      {scope}")?;
+        }
+        for note in details
+            .get("notes")
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+        {
+            writeln!(w, "  note       {}", note.as_str().unwrap_or_default())?;
+        }
+    }
+    if let Some(key) = &proof.key {
+        writeln!(w, "  key        {key}")?;
+    }
+    writeln!(w, "  prior      {}", proof.prior.as_str())?;
+    if let Some(r) = &proof.reference_delivery {
+        writeln!(w, "  reference  {r} (the first delivery of this effect)")?;
+    }
+    for d in &proof.differences {
+        writeln!(w, "  differs    {d}")?;
+    }
+    if let Some(effect_id) = &proof.effect {
+        if let Some(effect) = store.effect(effect_id).await? {
+            writeln!(
+                w,
+                "  effect     {} state {} (fencing {})",
+                effect.id,
+                effect.state.as_str(),
+                effect.fencing_token
+            )?;
+            if let Some(r) = &effect.result {
+                writeln!(w, "  result     {r}")?;
+            }
+            if let Some(e) = &effect.error {
+                writeln!(w, "  error      {e}")?;
+            }
+            if let Some(a) = &effect.authoritative_ref {
+                writeln!(w, "  authority  reference {a}")?;
+            }
+            for link in &effect.deliveries {
+                let me = if link.delivery == id {
+                    " (this one)"
+                } else {
+                    ""
+                };
+                writeln!(
+                    w,
+                    "  linked     {} as {} at {}{me}",
+                    link.delivery,
+                    link.kind.as_str(),
+                    when(link.at)
+                )?;
+            }
+        }
+    }
+    if let Some(q) = &proof.queue_item {
+        if let Some(item) = store.queue_item(q).await? {
+            writeln!(
+                w,
+                "  queue      {} {} ({}), proposed: {}",
+                item.id,
+                item.kind.as_str(),
+                item.status.as_str(),
+                item.proposed.as_str()
+            )?;
+            if let Some(r) = &item.resolution {
+                let res = &r.resolution;
+                writeln!(
+                    w,
+                    "  resolved   {} by {} at {}: {}{}",
+                    res.outcome.as_str(),
+                    res.by,
+                    when(res.at),
+                    res.note,
+                    res.authoritative_ref
+                        .as_deref()
+                        .map(|a| format!(" (authoritative ref {a})"))
+                        .unwrap_or_default()
+                )?;
+                if let Some(e) = &r.effect {
+                    writeln!(w, "  now        effect {e}")?;
+                }
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,70 @@
+//! `oncegate report`: received, applied, documented ignores and pending side by side per type,
+//! and the unexplained gap, which must be zero. Every figure comes from the store's rows.
+
+use anyhow::Result;
+use comfy_table::{presets::UTF8_BORDERS_ONLY, CellAlignment, Table};
+use oncegate_store::{ReportCounts, Store, TenantFilter};
+use time::OffsetDateTime;
+
+/// Renders the report of deliveries received since `since`.
+pub async fn render(store: &dyn Store, since: OffsetDateTime) -> Result<String> {
+    let report = store.report(&TenantFilter::All, since).await?;
+    let mut table = Table::new();
+    table.load_preset(UTF8_BORDERS_ONLY);
+    table.set_header(vec![
+        "provider/env/type",
+        "received",
+        "rejected",
+        "processed",
+        "ignored\ntransport",
+        "ignored\neffect",
+        "quaran-\ntined",
+        "reconcile\npending",
+        "reconcile\nresolved",
+        "effects\ncompleted",
+        "colli-\nsions",
+        "unexplained\ngap",
+    ]);
+    let row = |name: String, c: &ReportCounts| {
+        vec![
+            name,
+            c.received.to_string(),
+            c.rejected.to_string(),
+            c.processed.to_string(),
+            c.ignored_transport.to_string(),
+            c.ignored_effect.to_string(),
+            c.quarantined.to_string(),
+            c.reconcile_pending.to_string(),
+            c.reconcile_resolved.to_string(),
+            c.effects_completed.to_string(),
+            c.collisions.to_string(),
+            c.unexplained_gap.to_string(),
+        ]
+    };
+    for r in &report.rows {
+        let name = format!(
+            "{}/{}/{}",
+            r.provider,
+            r.env,
+            r.event_type.as_deref().unwrap_or("(unknown type)")
+        );
+        table.add_row(row(name, &r.counts));
+    }
+    table.add_row(row("total".to_owned(), &report.total));
+    for i in 1..12 {
+        if let Some(col) = table.column_mut(i) {
+            col.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    let mut out = table.to_string();
+    out.push('\n');
+    if report.total.unexplained_gap == 0 {
+        out.push_str("unexplained gap: 0 — every delivery received has a documented decision\n");
+    } else {
+        out.push_str(&format!(
+            "unexplained gap: {} — deliveries were received without a documented decision; run `oncegate explain` on them\n",
+            report.total.unexplained_gap
+        ));
+    }
+    Ok(out)
+}

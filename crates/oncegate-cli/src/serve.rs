@@ -1,0 +1,102 @@
+//! `oncegate serve`: the HTTP service with the contract, store, salt, tokens and provider
+//! secrets read from files and the environment, and a graceful stop on SIGINT/SIGTERM.
+
+use anyhow::{anyhow, bail, Context, Result};
+use oncegate_server::{ApiToken, ProviderSecrets, ServiceConfig};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct Options<'a> {
+    pub contract: &'a Path,
+    pub store: Option<&'a str>,
+    pub listen: &'a str,
+    pub lease: Option<Duration>,
+    pub request_timeout: Duration,
+    pub metrics_public: bool,
+}
+
+/// The store URL: the flag (or `ONCEGATE_STORE`), else the contract's `settings.store`, else a
+/// SQLite file in the working directory.
+pub fn store_url(
+    flag: Option<&str>,
+    contract: Option<&oncegate_core::contract::Contract>,
+) -> String {
+    flag.map(str::to_owned)
+        .or_else(|| contract.and_then(|c| c.settings.store.clone()))
+        .unwrap_or_else(|| "sqlite://oncegate.db".to_owned())
+}
+
+fn tokens() -> Result<Vec<ApiToken>> {
+    let spec = match (
+        std::env::var("ONCEGATE_TOKENS"),
+        std::env::var("ONCEGATE_TOKENS_FILE"),
+    ) {
+        (Ok(s), _) => s,
+        (Err(_), Ok(path)) => std::fs::read_to_string(&path)
+            .with_context(|| format!("reading the token list {path}"))?,
+        _ => String::new(),
+    };
+    ApiToken::parse_list(&spec).map_err(|e| anyhow!("ONCEGATE_TOKENS: {e}"))
+}
+
+pub async fn run(o: Options<'_>) -> Result<()> {
+    let contract = Arc::new(crate::contract::load(o.contract)?);
+    let Some(salt) = crate::salt::read()? else {
+        bail!("set ONCEGATE_KEY_SALT (or ONCEGATE_KEY_SALT_FILE) to a long random secret: sensitive fields and reservation tokens are keyed by it, and every instance sharing a store must use the same one");
+    };
+    let url = store_url(o.store, Some(&contract));
+    let store = oncegate_store::open(&url)
+        .await
+        .with_context(|| format!("opening the store ({})", store_kind(&url)))?;
+    let secrets = ProviderSecrets::resolve(&contract).map_err(anyhow::Error::msg)?;
+    for w in &secrets.warnings {
+        tracing::warn!("{w}");
+    }
+    let mut config = ServiceConfig::new(contract.clone(), store, salt);
+    config.tokens = tokens()?;
+    config.secrets = secrets;
+    config.lease = o.lease;
+    config.request_timeout = o.request_timeout;
+    config.metrics_public = o.metrics_public;
+    if config.tokens.is_empty() {
+        tracing::warn!("no bearer tokens configured (ONCEGATE_TOKENS): only signed provider posts are accepted and operator routes are closed");
+    }
+    let listener = tokio::net::TcpListener::bind(o.listen)
+        .await
+        .with_context(|| format!("listening on {}", o.listen))?;
+    tracing::info!(address = %listener.local_addr()?, store = store_kind(&url), contract = %contract.source, "oncegate serving");
+    oncegate_server::serve(listener, config, shutdown()).await?;
+    tracing::info!("stopped: in-flight decisions finished");
+    Ok(())
+}
+
+/// The store's kind without its credentials, for logs.
+fn store_kind(url: &str) -> &'static str {
+    if url.starts_with("postgres") {
+        "postgresql"
+    } else {
+        "sqlite"
+    }
+}
+
+async fn shutdown() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

@@ -1,0 +1,194 @@
+//! `oncegate serve` as an operator runs it: the real binary on 127.0.0.1:0, on SQLite and on
+//! PostgreSQL, answering the contract and stopping gracefully on SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const CONTRACT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/oncegate.toml");
+const TOKENS: &str = "admin:*:admin-token-1;ingest:acme:ingest-token-1";
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+fn start(store: &str) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .args([
+            "serve",
+            "--contract",
+            CONTRACT,
+            "--store",
+            store,
+            "--listen",
+            "127.0.0.1:0",
+            "--log-json",
+        ])
+        .env("ONCEGATE_KEY_SALT", "serve-test-salt")
+        .env("ONCEGATE_TOKENS", TOKENS)
+        .env_remove("ONCEGATE_TOKENS_FILE")
+        .env_remove("PAYFLOW_SIGNING_SECRET")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let address = loop {
+        let Some(Ok(line)) = lines.next() else {
+            let _ = child.kill();
+            panic!(
+                "serve stopped before listening; it printed:\n{}",
+                seen.join("\n")
+            );
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|_| panic!("a JSON log line: {line}"));
+        if v["message"] == "oncegate serving" {
+            break v["address"]
+                .as_str()
+                .expect("the address is logged")
+                .to_owned();
+        }
+        seen.push(line);
+    };
+    // Keep draining the logs so the service never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Server {
+        child,
+        base: format!("http://{address}"),
+    }
+}
+
+async fn exercise(server: &Server) {
+    let http = reqwest::Client::new();
+    let health = http
+        .get(format!("{}/healthz", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    let ready = http
+        .get(format!("{}/readyz", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    let body = r#"{"type":"refund.created","sent_at":"2026-01-01T00:00:00Z","data":{"payment_id":"pay_1","amount":1500,"currency":"EUR","request_ref":"rr-1"}}"#;
+    let post = || {
+        http.post(format!("{}/v1/deliveries/acme/payflow/live", server.base))
+            .bearer_auth("ingest-token-1")
+            .body(body)
+            .send()
+    };
+    let first: serde_json::Value = post().await.unwrap().json().await.unwrap();
+    assert_eq!(first["action"], "process", "{first}");
+    assert_eq!(first["strategy"]["name"], "refund-request-ref");
+    let second: serde_json::Value = post().await.unwrap().json().await.unwrap();
+    assert_eq!(second["action"], "ignore", "{second}");
+    assert_eq!(second["reference_delivery_id"], first["delivery_id"]);
+    let proof = http
+        .get(format!(
+            "{}/v1/deliveries/{}",
+            server.base,
+            second["delivery_id"].as_str().unwrap()
+        ))
+        .bearer_auth("admin-token-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(proof.status(), 200);
+    // An ingest token is not an operator.
+    let denied = http
+        .get(format!("{}/v1/queue", server.base))
+        .bearer_auth("ingest-token-1")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        denied.status() == 401 || denied.status() == 403,
+        "{}",
+        denied.status()
+    );
+    // No signature secret is configured for payflow: an unsigned post without a token is refused.
+    let unsigned = http
+        .post(format!("{}/v1/deliveries/acme/payflow/live", server.base))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unsigned.status(), 401);
+}
+
+fn stop(mut server: Server) {
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for _ in 0..100 {
+        if let Some(exit) = server.child.try_wait().unwrap() {
+            assert!(exit.success(), "serve exits cleanly on SIGTERM: {exit}");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = server.child.kill();
+    panic!("serve did not stop within 10 s of SIGTERM");
+}
+
+#[tokio::test]
+async fn serve_answers_on_sqlite_and_stops_gracefully() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("serve.db");
+    let server = start(db.to_str().unwrap());
+    exercise(&server).await;
+    stop(server);
+    assert!(db.exists(), "the SQLite file is where it was asked to be");
+}
+
+#[tokio::test]
+async fn serve_answers_on_postgresql() {
+    let admin = std::env::var("ONCEGATE_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let name = format!(
+        "oncegate_cli_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+    );
+    let created = Command::new("psql")
+        .args([admin.as_str(), "-qc", &format!("CREATE DATABASE {name}")])
+        .status()
+        .expect("psql runs");
+    assert!(created.success(), "creating the test database");
+    let url = match admin.rsplit_once('/') {
+        Some((base, _)) => format!("{base}/{name}"),
+        None => panic!("ONCEGATE_TEST_PG must end with a database name"),
+    };
+    let server = start(&url);
+    exercise(&server).await;
+    stop(server);
+    let _ = Command::new("psql")
+        .args([
+            admin.as_str(),
+            "-qc",
+            &format!("DROP DATABASE IF EXISTS {name}"),
+        ])
+        .status();
+}
+
+#[test]
+fn serve_refuses_to_start_without_a_salt() {
+    let out = Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .args(["serve", "--contract", CONTRACT, "--listen", "127.0.0.1:0"])
+        .env_remove("ONCEGATE_KEY_SALT")
+        .env_remove("ONCEGATE_KEY_SALT_FILE")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("set ONCEGATE_KEY_SALT"));
+}

@@ -1,0 +1,136 @@
+//! The one error type of the API and its one mapping to HTTP: `{"error":{"code","message"}}`
+//! with a fitting status, a stable snake_case code and a plain sentence — never database text.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use oncegate_store::StoreError;
+
+use crate::wire::{ErrorBody, ErrorDetail};
+
+/// An error answer: status, stable code and a sentence for humans.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    pub fn store_unavailable() -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            "The store is unavailable; nothing was recorded, so retry later.",
+        )
+    }
+
+    pub fn timeout() -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "timeout",
+            "The request took longer than the service allows; retry later (a decision already under way is still recorded).",
+        )
+    }
+
+    fn internal() -> Self {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "The service failed to answer; the cause is in its log.",
+        )
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.code,
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl From<StoreError> for ApiError {
+    /// The store's typed errors become statuses here and only here. Messages are written for
+    /// the caller; the store's own text (which may carry a driver's cause) goes to the log.
+    fn from(e: StoreError) -> Self {
+        match &e {
+            StoreError::Unavailable { cause, .. } => {
+                tracing::warn!(cause = %cause, "store unavailable");
+                ApiError::store_unavailable()
+            }
+            StoreError::StaleToken {
+                effect,
+                presented,
+                current,
+            } => ApiError::new(
+                StatusCode::CONFLICT,
+                "stale_token",
+                format!("Effect {effect} is held under a newer reservation (fencing {current}); this token (fencing {presented}) is stale."),
+            ),
+            StoreError::LeaseLost { effect, .. } => ApiError::new(
+                StatusCode::CONFLICT,
+                "lease_lost",
+                format!("Effect {effect} is no longer reserved under this token: its lease expired or it already has an outcome."),
+            ),
+            StoreError::NotFound { what, id } => {
+                ApiError::not_found(format!("No {what} {id} exists."))
+            }
+            StoreError::Conflict(_) => {
+                tracing::info!(error = %e, "store conflict");
+                ApiError::new(
+                    StatusCode::CONFLICT,
+                    "conflict",
+                    "The request conflicts with what is already recorded (for example, an item resolved twice).",
+                )
+            }
+            StoreError::SchemaTooNew { .. }
+            | StoreError::Corrupt(_)
+            | StoreError::Config(_) => {
+                tracing::error!(error = %e, "store error");
+                ApiError::internal()
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message,
+            },
+        };
+        (self.status, axum::Json(body)).into_response()
+    }
+}

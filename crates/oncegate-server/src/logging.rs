@@ -1,0 +1,39 @@
+//! Structured logs with `tracing`: human-readable by default, one JSON object per line when
+//! asked (`ONCEGATE_LOG=json` in the CLI). The level filter comes from `RUST_LOG`, `info` when
+//! unset.
+//!
+//! What is logged is chosen where it is logged: decisions carry ids, scope, strategy and action,
+//! never a body, a header value, a secret or a sensitive field's value.
+
+use tracing_subscriber::EnvFilter;
+
+/// Installs the global subscriber. Calling it twice (a test harness, an embedding program
+/// that already installed one) leaves the first in place.
+pub fn init_logging(json: bool) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
+    let _ = if json {
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn installing_twice_keeps_the_first_subscriber() {
+        super::init_logging(true);
+        super::init_logging(false);
+        tracing::info!(
+            delivery_id = "dlv_test",
+            "logging works after a second install"
+        );
+    }
+}

@@ -1,0 +1,361 @@
+//! Prometheus metrics (`prometheus-client`), every name prefixed `oncegate_`.
+//!
+//! Counters are bumped as decisions are made, so they describe this instance since it started.
+//! Gauges that describe shared state (queue depth and age, effects by state) are read from the
+//! store when `/metrics` is scraped, so every instance sharing a database reports the same
+//! values.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use oncegate_core::matrix::{Action, Decision, Flag, Layer};
+use oncegate_store::{QueueFilter, QueueKind, QueueStatus, Store, TenantFilter};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use time::OffsetDateTime;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct DeliveryLabels {
+    pub provider: String,
+    pub env: String,
+    pub event_type: String,
+    pub strategy: String,
+    pub level: String,
+    pub action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TypeLabels {
+    provider: String,
+    env: String,
+    event_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StrategyLabels {
+    provider: String,
+    env: String,
+    event_type: String,
+    strategy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KeyLabels {
+    provider: String,
+    event_type: String,
+    confidence: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FlagLabels {
+    flag: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+/// How often the effects-by-state gauges are recomputed at most: they come from the report
+/// query, which scans deliveries, so a scrape every few seconds must not run it every time.
+const EFFECT_GAUGE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Queue items read per kind when refreshing the queue gauges. A deeper queue is reported at
+/// this value (with the oldest age still exact, the listing being oldest first).
+const QUEUE_SCAN_LIMIT: u32 = 10_000;
+
+pub(crate) struct Metrics {
+    registry: Registry,
+    deliveries: Family<DeliveryLabels, Counter>,
+    keys: Family<KeyLabels, Counter>,
+    transport_duplicates: Family<TypeLabels, Counter>,
+    effect_duplicates: Family<StrategyLabels, Counter>,
+    collisions: Family<StrategyLabels, Counter>,
+    rejected: Family<ReasonLabels, Counter>,
+    flags: Family<FlagLabels, Counter>,
+    resolutions: Family<OutcomeLabels, Counter>,
+    effect_outcomes: Family<OutcomeLabels, Counter>,
+    queue_depth: Family<KindLabels, Gauge>,
+    queue_oldest: Family<KindLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    effects: Family<StateLabels, Gauge>,
+    store_up: Gauge,
+    latency: Histogram,
+    effects_refreshed: Mutex<Option<Instant>>,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("oncegate");
+        let deliveries = Family::<DeliveryLabels, Counter>::default();
+        registry.register(
+            "deliveries",
+            "Deliveries decided, by provider, environment, event type, strategy, level and action",
+            deliveries.clone(),
+        );
+        let keys = Family::<KeyLabels, Counter>::default();
+        registry.register(
+            "keys",
+            "Effect keys made, by confidence (strong vs medium/weak keys)",
+            keys.clone(),
+        );
+        let transport_duplicates = Family::<TypeLabels, Counter>::default();
+        registry.register(
+            "transport_duplicates",
+            "Deliveries ignored as the same packet again (a provider retry)",
+            transport_duplicates.clone(),
+        );
+        let effect_duplicates = Family::<StrategyLabels, Counter>::default();
+        registry.register(
+            "effect_duplicates",
+            "Deliveries ignored as another packet for an effect that already exists",
+            effect_duplicates.clone(),
+        );
+        let collisions = Family::<StrategyLabels, Counter>::default();
+        registry.register(
+            "collisions",
+            "Key matches whose discriminants differed (quarantined)",
+            collisions.clone(),
+        );
+        let rejected = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "rejected",
+            "Receptions refused before identification, by reason",
+            rejected.clone(),
+        );
+        let flags = Family::<FlagLabels, Counter>::default();
+        registry.register(
+            "decision_flags",
+            "Decisions carrying a flag (possible_duplicate, breaker_open, takeover, …)",
+            flags.clone(),
+        );
+        let resolutions = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "queue_resolutions",
+            "Queue items resolved, by outcome (duplicate = a confirmed duplicate kept from running twice)",
+            resolutions.clone(),
+        );
+        let effect_outcomes = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "effect_outcomes",
+            "Effects completed or failed through the API",
+            effect_outcomes.clone(),
+        );
+        let queue_depth = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "queue_depth",
+            "Open queue items, by kind",
+            queue_depth.clone(),
+        );
+        let queue_oldest =
+            Family::<KindLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "queue_oldest_age_seconds",
+            "Age of the oldest open queue item, by kind",
+            queue_oldest.clone(),
+        );
+        let effects = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "effects",
+            "Effects by outcome (best effort, from the report over all stored deliveries)",
+            effects.clone(),
+        );
+        let store_up = Gauge::default();
+        registry.register(
+            "store_up",
+            "1 when the store answered the last scrape's ping",
+            store_up.clone(),
+        );
+        let latency = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register(
+            "decision_latency_seconds",
+            "Time from a delivery's arrival to its recorded decision",
+            latency.clone(),
+        );
+        Metrics {
+            registry,
+            deliveries,
+            keys,
+            transport_duplicates,
+            effect_duplicates,
+            collisions,
+            rejected,
+            flags,
+            resolutions,
+            effect_outcomes,
+            queue_depth,
+            queue_oldest,
+            effects,
+            store_up,
+            latency,
+            effects_refreshed: Mutex::new(None),
+        }
+    }
+
+    /// Counts one recorded decision.
+    pub fn decision(
+        &self,
+        labels: DeliveryLabels,
+        confidence: Option<&str>,
+        decision: &Decision,
+        elapsed: Duration,
+    ) {
+        self.latency.observe(elapsed.as_secs_f64());
+        if let Some(c) = confidence {
+            self.keys
+                .get_or_create(&KeyLabels {
+                    provider: labels.provider.clone(),
+                    event_type: labels.event_type.clone(),
+                    confidence: c.to_owned(),
+                })
+                .inc();
+        }
+        let by_type = TypeLabels {
+            provider: labels.provider.clone(),
+            env: labels.env.clone(),
+            event_type: labels.event_type.clone(),
+        };
+        let by_strategy = StrategyLabels {
+            provider: labels.provider.clone(),
+            env: labels.env.clone(),
+            event_type: labels.event_type.clone(),
+            strategy: labels.strategy.clone(),
+        };
+        match (decision.action, decision.layer) {
+            (Action::Ignore, Some(Layer::Transport)) => {
+                self.transport_duplicates.get_or_create(&by_type).inc();
+            }
+            (Action::Ignore, _) => {
+                self.effect_duplicates.get_or_create(&by_strategy).inc();
+            }
+            (Action::Quarantine, _) => {
+                self.collisions.get_or_create(&by_strategy).inc();
+            }
+            _ => {}
+        }
+        for f in &decision.flags {
+            self.flag(*f);
+        }
+        self.deliveries.get_or_create(&labels).inc();
+    }
+
+    fn flag(&self, f: Flag) {
+        self.flags
+            .get_or_create(&FlagLabels {
+                flag: f.as_str().to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn rejected(&self, reason: &str) {
+        self.rejected
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn resolution(&self, outcome: &str) {
+        self.resolutions
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn effect_outcome(&self, outcome: &str) {
+        self.effect_outcomes
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Reads the shared gauges from the store. A store that does not answer leaves the last
+    /// values in place and sets `oncegate_store_up` to 0.
+    pub async fn refresh(&self, store: &dyn Store, now: OffsetDateTime) {
+        if store.ping().await.is_err() {
+            self.store_up.set(0);
+            return;
+        }
+        self.store_up.set(1);
+        for kind in [QueueKind::Quarantine, QueueKind::Reconcile] {
+            let filter = QueueFilter {
+                tenants: TenantFilter::All,
+                status: Some(QueueStatus::Open),
+                kind: Some(kind),
+                provider: None,
+                limit: QUEUE_SCAN_LIMIT,
+            };
+            if let Ok(items) = store.queue_list(&filter).await {
+                let labels = KindLabels {
+                    kind: kind.as_str().to_owned(),
+                };
+                self.queue_depth
+                    .get_or_create(&labels)
+                    .set(items.len() as i64);
+                let oldest = items
+                    .iter()
+                    .map(|i| (now - i.created_at).as_seconds_f64().max(0.0))
+                    .fold(0.0, f64::max);
+                self.queue_oldest.get_or_create(&labels).set(oldest);
+            }
+        }
+        let due = {
+            let mut last = self.effects_refreshed.lock().expect("metrics lock");
+            let due = match *last {
+                None => true,
+                Some(t) => t.elapsed() >= EFFECT_GAUGE_INTERVAL,
+            };
+            if due {
+                *last = Some(Instant::now());
+            }
+            due
+        };
+        if due {
+            if let Ok(report) = store
+                .report(&TenantFilter::All, OffsetDateTime::UNIX_EPOCH)
+                .await
+            {
+                let t = report.total;
+                for (state, n) in [
+                    ("completed", t.effects_completed),
+                    ("failed", t.effects_failed),
+                    ("unknown", t.effects_unknown),
+                ] {
+                    self.effects
+                        .get_or_create(&StateLabels {
+                            state: state.to_owned(),
+                        })
+                        .set(n as i64);
+                }
+            }
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}

@@ -1,0 +1,133 @@
+//! `POST /v1/effects/{effect_id}/complete|fail|heartbeat`: the holder of a reservation reports
+//! the effect's outcome or keeps its lease alive, presenting the token it was handed.
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use oncegate_core::ids::EffectId;
+
+use super::ApiJson;
+use crate::auth::{Caller, Role};
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::wire::{
+    CompleteRequest, EffectOutcomeBody, FailRequest, HeartbeatBody, HeartbeatRequest,
+};
+
+/// A result is a reference to the transaction, resource and rule version, not a payload.
+const MAX_RESULT_BYTES: usize = 16 * 1024;
+
+/// The effect, if it exists and the caller may see its tenant; 404 otherwise, so a token of
+/// one tenant cannot even learn that another tenant's effect exists.
+pub(crate) async fn visible_effect(
+    state: &AppState,
+    caller: &Caller,
+    raw_id: &str,
+) -> Result<EffectId, ApiError> {
+    let missing = || ApiError::not_found(format!("No effect {raw_id} exists."));
+    let id: EffectId = raw_id.parse().map_err(|_| missing())?;
+    match state.store.effect(&id).await? {
+        Some(e) if caller.sees(&e.tenant) => Ok(id),
+        _ => Err(missing()),
+    }
+}
+
+async fn holder(
+    state: &AppState,
+    headers: &HeaderMap,
+    raw_id: &str,
+    token: &str,
+) -> Result<(EffectId, u64), ApiError> {
+    let caller = state
+        .tokens
+        .require(headers, &[Role::Ingest, Role::Admin])?;
+    let id = visible_effect(state, &caller, raw_id).await?;
+    let fencing = state.token_key.verify(&id, token)?;
+    Ok((id, fencing))
+}
+
+pub(crate) async fn complete(
+    State(state): State<AppState>,
+    Path(effect_id): Path<String>,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<CompleteRequest>,
+) -> Result<Json<EffectOutcomeBody>, ApiError> {
+    let (id, fencing) = holder(&state, &headers, &effect_id, &req.token).await?;
+    let result = req
+        .result
+        .map(|r| r.get().to_owned())
+        .unwrap_or_else(|| "null".to_owned());
+    if result.len() > MAX_RESULT_BYTES {
+        return Err(ApiError::bad_request(
+            "result_too_large",
+            format!("The result is {} bytes; keep it under {MAX_RESULT_BYTES} bytes with references (transaction, resource, rule version), not payloads.", result.len()),
+        ));
+    }
+    state
+        .store
+        .complete(&id, fencing, &result, state.now())
+        .await?;
+    state.metrics.effect_outcome("completed");
+    tracing::info!(effect_id = %id, fencing, "effect completed");
+    Ok(Json(EffectOutcomeBody {
+        effect_id: id.to_string(),
+        state: "completed",
+        fencing,
+    }))
+}
+
+pub(crate) async fn fail(
+    State(state): State<AppState>,
+    Path(effect_id): Path<String>,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<FailRequest>,
+) -> Result<Json<EffectOutcomeBody>, ApiError> {
+    let (id, fencing) = holder(&state, &headers, &effect_id, &req.token).await?;
+    let error = match req.error {
+        None | Some(serde_json::Value::Null) => String::new(),
+        Some(serde_json::Value::String(s)) => s,
+        Some(other) => other.to_string(),
+    };
+    if error.len() > MAX_RESULT_BYTES {
+        return Err(ApiError::bad_request(
+            "error_too_large",
+            format!(
+                "The error is {} bytes; keep it under {MAX_RESULT_BYTES} bytes.",
+                error.len()
+            ),
+        ));
+    }
+    state
+        .store
+        .fail(&id, fencing, req.retryable, &error, state.now())
+        .await?;
+    state.metrics.effect_outcome(if req.retryable {
+        "failed_retryable"
+    } else {
+        "failed"
+    });
+    tracing::info!(effect_id = %id, fencing, retryable = req.retryable, "effect failed");
+    Ok(Json(EffectOutcomeBody {
+        effect_id: id.to_string(),
+        state: "failed",
+        fencing,
+    }))
+}
+
+pub(crate) async fn heartbeat(
+    State(state): State<AppState>,
+    Path(effect_id): Path<String>,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<HeartbeatRequest>,
+) -> Result<Json<HeartbeatBody>, ApiError> {
+    let (id, fencing) = holder(&state, &headers, &effect_id, &req.token).await?;
+    let until = state
+        .store
+        .heartbeat(&id, fencing, state.lease_time(), state.now())
+        .await?;
+    Ok(Json(HeartbeatBody {
+        effect_id: id.to_string(),
+        fencing,
+        lease_expires_at: until,
+    }))
+}

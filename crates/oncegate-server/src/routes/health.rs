@@ -1,0 +1,54 @@
+//! `/healthz` (the process answers), `/readyz` (the store answers) and `/metrics` (Prometheus
+//! text, open or behind an operator token as configured).
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::auth::Role;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub(crate) async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+pub(crate) async fn readyz(
+    State(state): State<AppState>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    match state.store.ping().await {
+        Ok(()) => Ok(Json(
+            json!({"status": "ready", "store": state.store.backend()}),
+        )),
+        Err(e) => {
+            tracing::warn!(error = %e, "not ready: the store does not answer");
+            Err(ApiError::store_unavailable())
+        }
+    }
+}
+
+pub(crate) async fn metrics(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if !state.metrics_public {
+        state
+            .tokens
+            .require(&headers, &[Role::Operator, Role::Admin])?;
+    }
+    state
+        .metrics
+        .refresh(state.store.as_ref(), state.now())
+        .await;
+    Ok((
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+        .into_response())
+}

@@ -1,0 +1,165 @@
+//! `GET /v1/deliveries/{delivery_id}`: the proof of one delivery — the decision, where it came
+//! from, which strategy made its key and why the ones before it were skipped, what it is linked
+//! to and how the queue resolved it. No payload unless an admin asks for it.
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use base64::Engine;
+use oncegate_core::ids::DeliveryId;
+use oncegate_core::matrix::{Action, Layer};
+use oncegate_store::{EffectRecord, ResolutionRecord};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::ApiQuery;
+use crate::auth::Role;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::wire::{
+    self, DecisionBody, EffectBody, LinkBody, ProofBody, ProofDetails, ResolutionBody, StrategyBody,
+};
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ProofQuery {
+    payload: Option<bool>,
+}
+
+pub(crate) fn effect_body(e: &EffectRecord) -> EffectBody {
+    EffectBody {
+        id: e.id.to_string(),
+        state: wire::state_of(e.state),
+        result: e
+            .result
+            .as_deref()
+            .or(e.error.as_deref())
+            .map(wire::raw_json),
+        stored_state: Some(e.state.as_str()),
+    }
+}
+
+pub(crate) fn resolution_body(r: &ResolutionRecord) -> ResolutionBody {
+    ResolutionBody {
+        outcome: r.resolution.outcome.as_str(),
+        authoritative_ref: r.resolution.authoritative_ref.clone(),
+        note: r.resolution.note.clone(),
+        by: r.resolution.by.clone(),
+        at: r.resolution.at,
+        effect_id: r.effect.as_ref().map(ToString::to_string),
+    }
+}
+
+pub(crate) async fn get_proof(
+    State(state): State<AppState>,
+    Path(raw_id): Path<String>,
+    headers: HeaderMap,
+    ApiQuery(q): ApiQuery<ProofQuery>,
+) -> Result<Json<ProofBody>, ApiError> {
+    let caller = state
+        .tokens
+        .require(&headers, &[Role::Operator, Role::Admin])?;
+    let missing = || ApiError::not_found(format!("No delivery {raw_id} exists."));
+    let id: DeliveryId = raw_id.parse().map_err(|_| missing())?;
+    let delivery = match state.store.delivery(&id).await? {
+        Some(d) if caller.sees(&d.tenant) => d,
+        _ => return Err(missing()),
+    };
+    let want_payload = q.payload.unwrap_or(false);
+    if want_payload && !caller.is_admin() {
+        return Err(ApiError::forbidden(
+            "Only an admin token may read a delivery's payload.",
+        ));
+    }
+    let proof = state.store.proof(&id).await?.ok_or_else(|| {
+        ApiError::new(
+            axum::http::StatusCode::NOT_FOUND,
+            "not_decided",
+            format!("Delivery {id} was journaled but has no recorded decision yet."),
+        )
+    })?;
+    let effect = match &proof.effect {
+        Some(e) => state.store.effect(e).await?,
+        None => None,
+    };
+    let resolution = match &proof.queue_item {
+        Some(q) => state
+            .store
+            .queue_item(q)
+            .await?
+            .and_then(|item| item.resolution.as_ref().map(resolution_body)),
+        None => None,
+    };
+    let details_value: serde_json::Value =
+        serde_json::from_str(&proof.details_json).unwrap_or(serde_json::Value::Null);
+    let details: ProofDetails = serde_json::from_value(details_value.clone()).unwrap_or_default();
+    let (payload, payload_base64) = match (&delivery.payload, want_payload) {
+        (Some(bytes), true) => match std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|s| RawValue::from_string(s.to_owned()).ok())
+        {
+            Some(raw) => (Some(raw), None),
+            None => (
+                None,
+                Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
+            ),
+        },
+        _ => (None, None),
+    };
+    let decision = DecisionBody {
+        delivery_id: id.to_string(),
+        action: proof.action.as_str(),
+        reason: proof.reason.clone(),
+        layer: wire::layer_name(proof.layer),
+        strategy: proof
+            .strategy
+            .as_ref()
+            .map(|s| StrategyBody::new(s, proof.confidence.map(|c| c.as_str()))),
+        effect_key: proof.key.clone(),
+        // Like the decision's answer: a transport-layer ignore points at the delivery that
+        // made the effect, not at whichever earlier retry the store found first.
+        reference_delivery_id: match (&effect, proof.action, proof.layer) {
+            (Some(e), Action::Ignore, Some(Layer::Transport)) => Some(e.first_delivery.to_string()),
+            _ => proof.reference_delivery.as_ref().map(ToString::to_string),
+        },
+        effect: effect.as_ref().map(effect_body),
+        // A reservation token is handed only to the caller that got `process` (or a claim):
+        // a proof is read by people and must not let them act as the holder.
+        reservation: None,
+        differences: wire::differences(&proof.differences),
+        flags: proof.flags.iter().map(|f| f.as_str()).collect(),
+        rule: proof.rule.clone(),
+        event_type: proof.event_type.clone().or(delivery.event_type.clone()),
+        queue_item_id: proof.queue_item.as_ref().map(ToString::to_string),
+    };
+    Ok(Json(ProofBody {
+        decision,
+        received_at: delivery.received_at,
+        decided_at: proof.decided_at,
+        tenant: delivery.tenant.clone(),
+        provider: delivery.provider.clone(),
+        env: delivery.env.clone(),
+        transport_key: delivery.transport_key.as_ref().map(|t| t.value.clone()),
+        transport_strength: delivery.transport_key.as_ref().map(|t| t.strength.as_str()),
+        raw_sha256: delivery.body_sha256.clone(),
+        size: delivery.size,
+        skipped_strategies: details.skipped,
+        linked_deliveries: effect
+            .as_ref()
+            .map(|e| {
+                e.deliveries
+                    .iter()
+                    .map(|l| LinkBody {
+                        delivery_id: l.delivery.to_string(),
+                        kind: l.kind.as_str(),
+                        at: l.at,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        resolution,
+        rule_version: proof.matrix_version,
+        details: details_value,
+        payload,
+        payload_base64,
+    }))
+}

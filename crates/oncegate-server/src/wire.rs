@@ -1,0 +1,374 @@
+//! The JSON shapes of the HTTP contract (v1). These types exist only at the edge: the core and
+//! the store never see them, so a change of the wire shape never touches the decision matrix.
+//!
+//! Field names follow issue 4's "HTTP contract (v1)" exactly; fields marked "extra" are
+//! additions the contract allows.
+
+use oncegate_core::matrix::{Difference, Layer, Prior};
+use oncegate_store::{EffectState, StrategyRef};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use time::OffsetDateTime;
+
+/// `{"error": {"code", "message"}}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ErrorDetail {
+    pub code: &'static str,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct StrategyBody {
+    pub name: String,
+    pub version: u32,
+    pub level: String,
+    pub confidence: Option<&'static str>,
+}
+
+impl StrategyBody {
+    pub fn new(s: &StrategyRef, confidence: Option<&'static str>) -> Self {
+        StrategyBody {
+            name: s.name.clone(),
+            version: s.version,
+            level: s.level.clone(),
+            confidence,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct EffectBody {
+    pub id: String,
+    /// `in_progress` | `completed` | `failed` | `unknown`.
+    pub state: &'static str,
+    pub result: Option<Box<RawValue>>,
+    /// Extra: the store's own state name (`reserved`, `released`, `failed_retryable`, …), when
+    /// it was read; the contract's four states fold some of them together.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stored_state: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ReservationBody {
+    pub token: String,
+    pub fencing: u64,
+    #[serde(with = "time::serde::rfc3339")]
+    pub lease_expires_at: OffsetDateTime,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct DifferenceBody {
+    /// A JSON Pointer.
+    pub field: String,
+    /// The existing effect's value (canonical form; a keyed hash when sensitive); null when absent.
+    pub reference: Option<Box<RawValue>>,
+    /// This delivery's value, likewise.
+    pub this: Option<Box<RawValue>>,
+}
+
+/// The answer to a delivery post, and the head of a proof.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct DecisionBody {
+    pub delivery_id: String,
+    pub action: &'static str,
+    pub reason: String,
+    pub layer: &'static str,
+    pub strategy: Option<StrategyBody>,
+    pub effect_key: Option<String>,
+    pub reference_delivery_id: Option<String>,
+    pub effect: Option<EffectBody>,
+    /// Present only when the action is `process`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<ReservationBody>,
+    pub differences: Vec<DifferenceBody>,
+    pub flags: Vec<&'static str>,
+    /// Extra: the matrix row that decided (`R1`…).
+    pub rule: String,
+    /// Extra: the event type read from the delivery, when it could be read.
+    pub event_type: Option<String>,
+    /// Extra: the queue item opened for a quarantine or a reconcile.
+    pub queue_item_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SkippedBody {
+    pub name: String,
+    pub version: u32,
+    pub why: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct LinkBody {
+    pub delivery_id: String,
+    /// `reserved`, `transport`, `effect`, `resolved_duplicate`, `resolved_distinct`, `claimed`.
+    pub kind: &'static str,
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ResolutionBody {
+    pub outcome: &'static str,
+    pub authoritative_ref: Option<String>,
+    pub note: String,
+    pub by: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    pub effect_id: Option<String>,
+}
+
+/// `GET /v1/deliveries/{delivery_id}`: the decision plus where it came from and why.
+#[derive(Debug, Serialize)]
+pub(crate) struct ProofBody {
+    #[serde(flatten)]
+    pub decision: DecisionBody,
+    #[serde(with = "time::serde::rfc3339")]
+    pub received_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub decided_at: OffsetDateTime,
+    pub tenant: String,
+    pub provider: String,
+    pub env: String,
+    pub transport_key: Option<String>,
+    /// Extra: `strong` (provider delivery id) or `weak` (raw body hash).
+    pub transport_strength: Option<&'static str>,
+    pub raw_sha256: String,
+    /// Extra: the raw body size in bytes.
+    pub size: u64,
+    pub skipped_strategies: Vec<SkippedBody>,
+    pub linked_deliveries: Vec<LinkBody>,
+    pub resolution: Option<ResolutionBody>,
+    /// The decision matrix version the decision was made under (the row is `rule`).
+    pub rule_version: u32,
+    /// Extra: the key's scope in words, the fields used (masked when sensitive) and notes.
+    pub details: serde_json::Value,
+    /// Only with `?payload=true` and an admin token; the body exactly as received when it is
+    /// JSON, else null (and `payload_base64` holds it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Box<RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload_base64: Option<String>,
+}
+
+/// What the service records in the proof's free-form details (the store keeps it as text).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct ProofDetails {
+    #[serde(default)]
+    pub skipped: Vec<SkippedBody>,
+    #[serde(default)]
+    pub scope: Option<String>,
+    #[serde(default)]
+    pub fields: Vec<UsedFieldBody>,
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// For rejections: the stable code (`malformed_json`, `bad_signature`, `too_large`…).
+    #[serde(default)]
+    pub rejection: Option<String>,
+    #[serde(default)]
+    pub criticality: Option<String>,
+    #[serde(default)]
+    pub confidence: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct UsedFieldBody {
+    pub pointer: String,
+    pub shown: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct CompleteRequest {
+    pub token: String,
+    pub result: Option<Box<RawValue>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct FailRequest {
+    pub token: String,
+    pub retryable: bool,
+    pub error: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct HeartbeatRequest {
+    pub token: String,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct EffectOutcomeBody {
+    pub effect_id: String,
+    pub state: &'static str,
+    pub fencing: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct HeartbeatBody {
+    pub effect_id: String,
+    pub fencing: u64,
+    #[serde(with = "time::serde::rfc3339")]
+    pub lease_expires_at: OffsetDateTime,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct QueueQuery {
+    pub kind: Option<String>,
+    pub status: Option<String>,
+    pub provider: Option<String>,
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct QueueItemBody {
+    pub delivery_id: String,
+    pub kind: &'static str,
+    pub effect_key: Option<String>,
+    pub reference_delivery_id: Option<String>,
+    pub differences: Vec<DifferenceBody>,
+    pub existing_result: Option<Box<RawValue>>,
+    /// `distinct`, `duplicate` or `verify` (ask the authority, else a person).
+    pub proposed_action: &'static str,
+    pub age_seconds: i64,
+    /// Extras for the reviewer.
+    pub queue_item_id: String,
+    pub status: &'static str,
+    pub tenant: String,
+    pub provider: String,
+    pub env: String,
+    pub event_type: Option<String>,
+    pub reason: String,
+    pub existing_effect_id: Option<String>,
+    pub resolution: Option<ResolutionBody>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct QueueListBody {
+    pub items: Vec<QueueItemBody>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ResolveRequest {
+    pub outcome: String,
+    pub authoritative_ref: Option<String>,
+    pub note: Option<String>,
+    pub by: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ClaimRequest {
+    pub limit: Option<u32>,
+    pub lease_seconds: Option<u64>,
+    /// Extra: a name for the worker, recorded as the effect's holder.
+    pub worker: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ClaimItemBody {
+    pub effect_id: String,
+    pub delivery_id: String,
+    pub event_type: Option<String>,
+    pub payload: Option<Box<RawValue>>,
+    pub reservation: ReservationBody,
+    /// Extras.
+    pub tenant: String,
+    pub provider: String,
+    pub env: String,
+    pub effect_key: Option<String>,
+    pub authoritative_ref: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ClaimListBody {
+    pub items: Vec<ClaimItemBody>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ReportQuery {
+    pub since: Option<String>,
+    pub tenant: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ReportRowBody {
+    pub tenant: String,
+    pub provider: String,
+    pub env: String,
+    pub event_type: Option<String>,
+    pub received: u64,
+    pub rejected: u64,
+    pub processed: u64,
+    pub ignored_transport: u64,
+    pub ignored_effect: u64,
+    pub quarantined: u64,
+    pub reconcile_pending: u64,
+    pub effects_completed: u64,
+    pub collisions: u64,
+    pub unexplained_gap: i64,
+    /// Extras.
+    pub reconcile: u64,
+    pub reconcile_resolved: u64,
+    pub effects_failed: u64,
+    pub effects_unknown: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ReportBody {
+    #[serde(with = "time::serde::rfc3339")]
+    pub since: OffsetDateTime,
+    pub rows: Vec<ReportRowBody>,
+    /// Extra: the sum of the rows (`tenant` is `*` when the rows span several tenants).
+    pub total: ReportRowBody,
+}
+
+/// A stored JSON text as a raw value, or a JSON string holding it when it is not JSON (a
+/// canonical form is JSON; a keyed hash `hmac:…` or a free-text error is not).
+pub(crate) fn raw_json(text: &str) -> Box<RawValue> {
+    RawValue::from_string(text.to_owned()).unwrap_or_else(|_| {
+        RawValue::from_string(serde_json::to_string(text).expect("a string serializes"))
+            .expect("a serialized string is JSON")
+    })
+}
+
+pub(crate) fn differences(list: &[Difference]) -> Vec<DifferenceBody> {
+    list.iter()
+        .map(|d| DifferenceBody {
+            field: d.field.clone(),
+            reference: d.existing.as_deref().map(raw_json),
+            this: d.incoming.as_deref().map(raw_json),
+        })
+        .collect()
+}
+
+/// The contract's four effect states from the matrix's view of the prior effect.
+pub(crate) fn state_of_prior(prior: Prior) -> &'static str {
+    match prior {
+        Prior::Completed => "completed",
+        Prior::Failed { .. } => "failed",
+        Prior::Unknown | Prior::Purged => "unknown",
+        Prior::None | Prior::InProgress => "in_progress",
+    }
+}
+
+/// The contract's four effect states from a stored state. A released effect is waiting for a
+/// worker: work is under way as far as the caller is concerned.
+pub(crate) fn state_of(state: EffectState) -> &'static str {
+    match state {
+        EffectState::Reserved | EffectState::Released => "in_progress",
+        EffectState::Completed => "completed",
+        EffectState::Failed { .. } => "failed",
+        EffectState::Unknown => "unknown",
+    }
+}
+
+/// `transport` for a duplicate recognized as the same packet, `effect` for every other decision
+/// (they are all made about the effect the delivery asks for).
+pub(crate) fn layer_name(layer: Option<Layer>) -> &'static str {
+    match layer {
+        Some(Layer::Transport) => "transport",
+        _ => "effect",
+    }
+}

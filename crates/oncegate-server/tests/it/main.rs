@@ -1,0 +1,57 @@
+//! Integration tests of the oncegate service: a real HTTP server on 127.0.0.1:0, driven with
+//! `reqwest`, every scenario run unchanged against SQLite and PostgreSQL.
+
+mod auth;
+mod decisions;
+mod effects;
+mod harness;
+mod limits;
+mod operations;
+
+/// Instantiates each scenario once per backend, as `sqlite::<name>` and `postgres::<name>`.
+macro_rules! both_backends {
+    ($($module:ident :: $name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    crate::$module::$name(crate::harness::Kind::Sqlite).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    crate::$module::$name(crate::harness::Kind::Postgres).await;
+                }
+            )*
+        }
+    };
+}
+
+both_backends!(
+    operations::health_metrics_and_unknown_routes,
+    operations::report_gap_is_zero_after_a_mixed_run,
+    operations::proofs_show_why_and_guard_the_payload,
+    auth::signatures_are_verified_and_failures_journaled,
+    auth::tenants_are_isolated,
+    auth::roles_guard_the_routes,
+    decisions::fifty_identical_deliveries_make_one_effect,
+    decisions::a_reencoded_retry_is_ignored_with_the_first_result,
+    decisions::the_seed_second_refund_is_reconciled_not_dropped,
+    decisions::unknown_types_and_providers_are_reconciled,
+    decisions::a_differing_discriminant_is_quarantined,
+    effects::effect_outcomes_need_the_current_token,
+    effects::an_expired_lease_is_lost_not_rerun,
+    limits::json_test_suite_n_files_are_refused_in_the_error_shape,
+    limits::body_and_depth_limits_are_enforced,
+    limits::shutdown_lets_in_flight_deliveries_finish,
+);
+
+/// The store going away is exercised on PostgreSQL, where it can really go away under a
+/// running service (an open SQLite file cannot be taken from its process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_unavailable_answers_503_and_recovers() {
+    limits::store_unavailable_answers_503_and_recovers().await;
+}

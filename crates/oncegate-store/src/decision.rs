@@ -1,0 +1,159 @@
+//! One decision transaction: what the service asks (`DecideRequest`), what the store shows the
+//! decision matrix (`PriorView`), what it answers (`DecideOutcome`) and what it keeps forever
+//! after (`ProofRecord`).
+
+use std::collections::BTreeMap;
+
+use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
+use oncegate_core::matrix::{
+    Action, Confidence, Decision, Difference, Flag, Layer, Prior, TransportMatch,
+};
+use time::{Duration, OffsetDateTime};
+
+use crate::effect::EffectState;
+
+/// The strategy that made a key: identity is a contract, and a new version never
+/// reinterprets the keys of an old one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StrategyRef {
+    pub name: String,
+    pub version: u32,
+    /// `provider_id`, `business_ref`, `semantic` or `fingerprint`.
+    pub level: String,
+}
+
+/// How long the fast index keeps a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Horizon {
+    /// Financial types: the effect identity is kept forever, like a ledger.
+    Durable,
+    /// The provider's retry window plus a margin.
+    For(Duration),
+}
+
+/// The effect key of a delivery, as the core's identity computed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectKey {
+    pub strategy: StrategyRef,
+    /// The key as the core made it (sensitive parts already keyed-hashed). The store scopes it
+    /// further by tenant, provider, env, event type and strategy name+version, so the same
+    /// value under two scopes never matches.
+    pub value: String,
+    pub confidence: Confidence,
+    pub horizon: Horizon,
+    /// The type's discriminants for this delivery: field → canonical (masked) value. Stored
+    /// with a new effect so later matches can be compared against it.
+    pub discriminants: BTreeMap<String, String>,
+}
+
+/// Everything the store needs to decide one journaled delivery in one transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecideRequest {
+    pub delivery: DeliveryId,
+    /// The event type once the body was read; recorded on the delivery when it was not known
+    /// at journal time.
+    pub event_type: Option<String>,
+    /// `None` when the delivery was rejected, has no contract, or no strategy made a key.
+    pub key: Option<EffectKey>,
+    /// How long a `process` reservation lasts before it is presumed lost.
+    pub lease: Duration,
+    /// Opaque JSON text kept in the proof (skipped strategies, fields used…).
+    pub details_json: String,
+    pub now: OffsetDateTime,
+}
+
+/// The effect that already holds a delivery's key, as the matrix sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriorEffect {
+    pub id: EffectId,
+    /// As stored, except that a reservation whose lease passed reads as `Unknown`.
+    pub state: EffectState,
+    pub fencing_token: u64,
+    pub first_delivery: DeliveryId,
+    pub discriminants: BTreeMap<String, String>,
+    /// The result reference recorded by `complete`.
+    pub result: Option<String>,
+    /// The error recorded by `fail`.
+    pub error: Option<String>,
+    /// False when the fast index entry expired (past the horizon) and only the record was
+    /// found: the prior then reads as `Purged`.
+    pub indexed: bool,
+}
+
+/// What the store knows about a delivery's transport key and effect key, read inside the
+/// decision transaction and handed to the (pure) decision matrix.
+///
+/// The mapping to `Prior`: an unexpired index entry gives its effect's state (`Reserved` →
+/// `InProgress`, an expired lease → `Unknown`, `Released` → `InProgress`); an index entry
+/// whose effect is gone, or an effect with this key whose index entry expired, gives
+/// `Purged` (the horizon passed but a record remains); nothing at all gives `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriorView {
+    pub transport: TransportMatch,
+    /// The earlier delivery with the same transport key (one with the same body when there is one).
+    pub transport_reference: Option<DeliveryId>,
+    pub prior: Prior,
+    pub effect: Option<PriorEffect>,
+    /// The discriminants that disagree between `effect` and the request's key, computed by the
+    /// store over the union of both fields (empty without a prior effect). The matrix's
+    /// `Keyed::differences` should be exactly this list, so the proof and the queue item
+    /// record what the matrix saw.
+    pub differences: Vec<Difference>,
+}
+
+/// The reservation a `process` answer hands to the caller: run the effect, then `complete`
+/// or `fail` it with this token before `lease_until`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    pub effect: EffectId,
+    pub fencing_token: u64,
+    pub lease_until: OffsetDateTime,
+}
+
+/// The answer of one decision transaction; everything in it is committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecideOutcome {
+    pub decision: Decision,
+    pub prior: Prior,
+    pub transport: TransportMatch,
+    /// The effect the decision concerns: the one reserved or taken over (`Process`), the one
+    /// duplicated (`Ignore`), or the existing one the delivery collides with or must be
+    /// reconciled against (`Quarantine`, `Reconcile`). Only the first two link the delivery.
+    pub effect: Option<EffectId>,
+    /// Present exactly when the action is `Process`.
+    pub reservation: Option<Reservation>,
+    /// The first delivery of the existing effect, or the earlier packet for a transport match.
+    pub reference_delivery: Option<DeliveryId>,
+    /// For `Ignore`: the existing effect's result (or its permanent error).
+    pub existing_result: Option<String>,
+    /// For `Quarantine` and `Reconcile`.
+    pub queue_item: Option<QueueItemId>,
+}
+
+/// Why a delivery was processed, ignored, isolated or sent to reconciliation — kept without
+/// the payload until the proof retention passes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProofRecord {
+    pub delivery: DeliveryId,
+    pub tenant: String,
+    pub provider: String,
+    pub env: String,
+    pub event_type: Option<String>,
+    pub decided_at: OffsetDateTime,
+    pub strategy: Option<StrategyRef>,
+    pub key: Option<String>,
+    pub confidence: Option<Confidence>,
+    pub prior: Prior,
+    pub transport: TransportMatch,
+    pub action: Action,
+    pub layer: Option<Layer>,
+    pub reason: String,
+    pub flags: Vec<Flag>,
+    pub rule: String,
+    pub matrix_version: u32,
+    pub reference_delivery: Option<DeliveryId>,
+    pub effect: Option<EffectId>,
+    pub queue_item: Option<QueueItemId>,
+    pub differences: Vec<Difference>,
+    pub details_json: String,
+}

@@ -1,0 +1,74 @@
+//! The store's typed errors: what a caller can act on, with a short cause and never raw
+//! database text in the message (the service turns `Unavailable` into a 503 and shows the rest).
+
+use std::error::Error as StdError;
+
+use oncegate_core::ids::EffectId;
+
+/// The original driver error, kept as the `source()` for logs but never printed by `Display`.
+pub type Cause = Box<dyn StdError + Send + Sync + 'static>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached or cannot write (connection refused, pool timeout, disk
+    /// full, read-only file). Nothing was decided; the caller may retry later.
+    #[error("the store is unavailable: {cause}")]
+    Unavailable {
+        /// A short plain cause ("connection refused", "disk is full"…), not the driver's text.
+        cause: String,
+        #[source]
+        source: Option<Cause>,
+    },
+    /// The fencing token is not the effect's current one: another holder took over.
+    #[error("effect {effect} is at fencing token {current}; token {presented} is stale")]
+    StaleToken {
+        effect: EffectId,
+        presented: u64,
+        current: u64,
+    },
+    /// The token is current but the reservation is gone: its lease expired or an outcome was
+    /// already recorded.
+    #[error("effect {effect} is no longer reserved under token {token} (its lease expired or it already has an outcome)")]
+    LeaseLost { effect: EffectId, token: u64 },
+    #[error("{what} {id} was not found")]
+    NotFound { what: &'static str, id: String },
+    /// The request contradicts what is stored (a delivery decided twice, a queue item
+    /// resolved twice, a race that did not settle).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The database was migrated by a newer oncegate; this binary must not write to it.
+    #[error("the database schema is at version {found} but this binary knows only up to {known}; upgrade oncegate")]
+    SchemaTooNew { found: i64, known: i64 },
+    /// A stored value cannot be read back (an unknown state name, malformed JSON).
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// The store URL or an argument is not acceptable.
+    #[error("invalid store configuration: {0}")]
+    Config(String),
+}
+
+impl StoreError {
+    /// True when the failure is the database's availability, not the request: the service
+    /// answers 503 and the provider retries.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
+
+    pub(crate) fn unavailable(cause: impl Into<String>, source: impl Into<Cause>) -> Self {
+        StoreError::Unavailable {
+            cause: cause.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    pub(crate) fn unavailable_plain(cause: impl Into<String>) -> Self {
+        StoreError::Unavailable {
+            cause: cause.into(),
+            source: None,
+        }
+    }
+
+    pub(crate) fn corrupt(what: impl Into<String>) -> Self {
+        StoreError::Corrupt(what.into())
+    }
+}

@@ -1,0 +1,162 @@
+//! The embedded migrations of both backends. Each is applied once, in order, at open, and
+//! recorded in `schema_version`; a database whose version is newer than `KNOWN_VERSION` is
+//! refused rather than written to by an older binary.
+//!
+//! Conventions shared by both dialects, so a row reads the same everywhere: ids and enums are
+//! TEXT, times are BIGINT unix milliseconds, JSON is TEXT (the store never queries inside it),
+//! raw bodies are BLOB/BYTEA. The sweeper's and the claimers' indexes are partial (only the
+//! reserved, or released, effects), so the many settled effects never weigh on them. No foreign keys: purge removes rows in a fixed order instead, and
+//! distributed engines handle them with extra round trips we do not need.
+
+/// The highest schema version this binary knows.
+pub(crate) const KNOWN_VERSION: i64 = 1;
+
+/// The tables, identical in shape for both backends apart from the binary type name.
+fn tables(blob: &str) -> String {
+    format!(
+        r#"
+CREATE TABLE IF NOT EXISTS deliveries (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    env TEXT NOT NULL,
+    event_type TEXT,
+    received_at BIGINT NOT NULL,
+    size BIGINT NOT NULL,
+    body_sha256 TEXT NOT NULL,
+    headers_json TEXT NOT NULL,
+    payload {blob},
+    transport_key TEXT,
+    transport_strength TEXT,
+    correlation_id TEXT
+);
+CREATE INDEX IF NOT EXISTS deliveries_transport ON deliveries (tenant, provider, env, transport_key);
+CREATE INDEX IF NOT EXISTS deliveries_received ON deliveries (received_at);
+CREATE INDEX IF NOT EXISTS deliveries_tenant_received ON deliveries (tenant, received_at);
+CREATE INDEX IF NOT EXISTS deliveries_correlation ON deliveries (correlation_id);
+
+CREATE TABLE IF NOT EXISTS proofs (
+    delivery_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    env TEXT NOT NULL,
+    event_type TEXT,
+    decided_at BIGINT NOT NULL,
+    strategy_name TEXT,
+    strategy_version BIGINT,
+    strategy_level TEXT,
+    key_value TEXT,
+    confidence TEXT,
+    prior TEXT NOT NULL,
+    transport TEXT NOT NULL,
+    action TEXT NOT NULL,
+    layer TEXT,
+    reason TEXT NOT NULL,
+    flags TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    matrix_version BIGINT NOT NULL,
+    reference_delivery TEXT,
+    effect_id TEXT,
+    queue_item_id TEXT,
+    differences TEXT NOT NULL,
+    details TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS proofs_effect ON proofs (effect_id);
+CREATE INDEX IF NOT EXISTS proofs_key ON proofs (key_value);
+
+CREATE TABLE IF NOT EXISTS effects (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    env TEXT NOT NULL,
+    event_type TEXT,
+    strategy_name TEXT,
+    strategy_version BIGINT,
+    strategy_level TEXT,
+    key_value TEXT,
+    scope_hash TEXT,
+    durable BOOLEAN NOT NULL,
+    state TEXT NOT NULL,
+    fencing_token BIGINT NOT NULL,
+    lease_until BIGINT,
+    holder TEXT,
+    discriminants TEXT NOT NULL,
+    result TEXT,
+    error TEXT,
+    authoritative_ref TEXT,
+    first_delivery TEXT NOT NULL,
+    queue_item_id TEXT,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS effects_scope ON effects (scope_hash, created_at);
+CREATE INDEX IF NOT EXISTS effects_leases ON effects (lease_until) WHERE state = 'reserved';
+CREATE INDEX IF NOT EXISTS effects_released ON effects (created_at) WHERE state = 'released';
+
+CREATE TABLE IF NOT EXISTS effect_index (
+    scope_hash TEXT PRIMARY KEY,
+    effect_id TEXT NOT NULL,
+    expires_at BIGINT
+);
+CREATE INDEX IF NOT EXISTS effect_index_expiry ON effect_index (expires_at);
+
+CREATE TABLE IF NOT EXISTS links (
+    effect_id TEXT NOT NULL,
+    delivery_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    at BIGINT NOT NULL,
+    PRIMARY KEY (effect_id, delivery_id, kind)
+);
+CREATE INDEX IF NOT EXISTS links_delivery ON links (delivery_id);
+
+CREATE TABLE IF NOT EXISTS queue_items (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    status TEXT NOT NULL,
+    delivery_id TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    env TEXT NOT NULL,
+    event_type TEXT,
+    strategy_name TEXT,
+    strategy_version BIGINT,
+    strategy_level TEXT,
+    key_value TEXT,
+    scope_hash TEXT,
+    durable BOOLEAN NOT NULL,
+    horizon_ms BIGINT,
+    discriminants TEXT NOT NULL,
+    existing_effect TEXT,
+    first_delivery TEXT,
+    differences TEXT NOT NULL,
+    existing_result TEXT,
+    proposed TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    resolution_outcome TEXT,
+    resolution_ref TEXT,
+    resolution_note TEXT,
+    resolution_by TEXT,
+    resolved_at BIGINT,
+    resolution_effect TEXT
+);
+CREATE INDEX IF NOT EXISTS queue_status_created ON queue_items (status, created_at);
+CREATE INDEX IF NOT EXISTS queue_delivery ON queue_items (delivery_id);
+CREATE INDEX IF NOT EXISTS queue_existing_effect ON queue_items (existing_effect);
+"#
+    )
+}
+
+/// The table that records applied migrations.
+pub(crate) const VERSION_TABLE: &str =
+    "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)";
+
+/// SQLite migrations, by version.
+pub(crate) fn sqlite() -> Vec<(i64, String)> {
+    vec![(1, tables("BLOB"))]
+}
+
+/// PostgreSQL migrations, by version.
+pub(crate) fn postgres() -> Vec<(i64, String)> {
+    vec![(1, tables("BYTEA"))]
+}
