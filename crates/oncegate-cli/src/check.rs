@@ -51,7 +51,14 @@ pub fn run(path: &Path) -> Result<ExitCode> {
                 "horizon",
                 "scope",
             ]);
-            for (i, s) in t.strategies.iter().enumerate() {
+            // Shadows are listed after the hierarchy, numbered `shadow`: they never make the key.
+            let listed = t
+                .strategies
+                .iter()
+                .enumerate()
+                .map(|(i, s)| ((i + 1).to_string(), s))
+                .chain(t.shadow.iter().map(|s| ("shadow".to_owned(), s)));
+            for (i, s) in listed {
                 let fields = if s.fields.is_empty() {
                     "(canonical body minus volatile fields)".to_owned()
                 } else {
@@ -70,7 +77,7 @@ pub fn run(path: &Path) -> Result<ExitCode> {
                         .join(", ")
                 };
                 table.add_row(vec![
-                    (i + 1).to_string(),
+                    i,
                     s.label(),
                     s.level.as_str().to_owned(),
                     s.confidence.as_str().to_owned(),

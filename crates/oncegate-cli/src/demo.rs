@@ -1,8 +1,9 @@
 //! `oncegate demo`: the source story replayed against the real service, in-process, over real
 //! HTTP on a temporary SQLite store. A payment event with no event id arrives twice, re-encoded;
 //! two legitimate refunds of the same amount arrive minutes apart; one refund is retried. The
-//! second refund is held for reconciliation instead of being dropped, an operator resolves it,
-//! and the report closes with a zero unexplained gap.
+//! second refund is held for reconciliation instead of being dropped, the reconciler settles it
+//! against payflow's refund list (a small local authority the demo starts), and the report
+//! closes with a zero unexplained gap.
 
 use anyhow::{bail, Context, Result};
 use hmac::{Hmac, Mac};
@@ -136,12 +137,53 @@ async fn complete(demo: &Demo, decision: &Value, result: Value) -> Result<()> {
     Ok(())
 }
 
+/// payflow's refund list for pay_7Hq2, as its API would answer it: two refunds of 15.00 EUR.
+const REFUNDS: &str = r#"{"refunds":[{"id":"re_1Fa2","amount":1500,"currency":"EUR","created":"2026-03-05T16:02:10Z"},{"id":"re_3Kd8","amount":1500,"currency":"EUR","created":"2026-03-05T16:06:39Z"}]}"#;
+
+/// Starts a tiny stand-in for payflow's API on 127.0.0.1:0 that answers every request with
+/// [`REFUNDS`], and returns its base URL.
+async fn authority() -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                // A GET has no body: the request ends with its headers.
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{REFUNDS}",
+                    REFUNDS.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    Ok(base)
+}
+
 pub async fn run() -> Result<()> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let db = dir.path().join("demo.db");
     let store = oncegate_store::open(&db.display().to_string()).await?;
+    let authority = authority().await?;
+    // The example contract, with payflow's authority pointed at the local stand-in (which
+    // needs no API token).
+    let text = CONTRACT
+        .replace("http://127.0.0.1:8089", &authority)
+        .replace(
+            "  auth_header = \"authorization\"\n  auth_secret_env = \"PAYFLOW_API_TOKEN\"\n",
+            "",
+        );
     let contract = Arc::new(
-        contract::parse("examples/oncegate.toml", CONTRACT).map_err(|e| anyhow::anyhow!("{e}"))?,
+        contract::parse("examples/oncegate.toml", &text).map_err(|e| anyhow::anyhow!("{e}"))?,
     );
     let mut config = ServiceConfig::new(contract.clone(), store.clone(), b"demo-key-salt".to_vec());
     let mut secrets = ProviderSecrets::default();
@@ -154,6 +196,9 @@ pub async fn run() -> Result<()> {
         role: Role::Admin,
         tenants: None,
     }];
+    // The demo runs the reconciler itself, at step 6, so the story reads in order.
+    config.reconciler.every = None;
+    let reconciler = config.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -227,7 +272,7 @@ pub async fn run() -> Result<()> {
         .as_array()
         .cloned()
         .unwrap_or_default();
-    println!("\n6. an operator opens the reconcile queue: {} item(s), each with its reference delivery and existing result", items.len());
+    println!("\n6. the reconcile queue: {} item(s), each with its reference delivery and existing result", items.len());
     for item in &items {
         println!(
             "     {}  reference {}  existing result {}",
@@ -248,20 +293,36 @@ pub async fn run() -> Result<()> {
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    demo.call(
-        reqwest::Method::POST,
-        &format!("/v1/queue/{id2}/resolve"),
-        Some(json!({ "outcome": "distinct", "authoritative_ref": "re_3Kd8", "note": "the provider's dashboard lists two refunds on pay_7Hq2: re_1Fa2 and re_3Kd8", "by": "sam@support" })),
-    )
-    .await?;
-    println!("     {id2}: resolved distinct (authoritative ref re_3Kd8): released as a new effect");
-    demo.call(
-        reqwest::Method::POST,
-        &format!("/v1/queue/{id3}/resolve"),
-        Some(json!({ "outcome": "duplicate", "note": "attempt 2 of the first refund", "by": "sam@support" })),
-    )
-    .await?;
-    println!("     {id3}: resolved duplicate: linked to the first refund's effect");
+    println!("     the reconciler asks payflow's refund list for pay_7Hq2 ({authority}/v1/payments/pay_7Hq2/refunds): re_1Fa2 and re_3Kd8, 15.00 EUR each");
+    // Oldest first: the second refund finds re_3Kd8 unmatched (re_1Fa2 pairs with the first
+    // refund's effect) and is released carrying it; the retry then finds both operations
+    // applied (re_3Kd8 by its reference) and is a duplicate.
+    let run = oncegate_server::reconcile_once(&reconciler).await?;
+    for item in &run.items {
+        let who = if item.delivery.as_str() == id2 {
+            "the second refund"
+        } else if item.delivery.as_str() == id3 {
+            "the retry of the first refund"
+        } else {
+            "another item"
+        };
+        match item.verdict {
+            "distinct" => println!(
+                "     {}: resolved distinct (authoritative ref {}) by the reconciler: {who}, released as a new effect",
+                item.delivery,
+                item.authoritative_ref.as_deref().unwrap_or("-")
+            ),
+            "duplicate" => println!(
+                "     {}: resolved duplicate (authoritative ref {}) by the reconciler: {who}, linked to the effect that applied it",
+                item.delivery,
+                item.authoritative_ref.as_deref().unwrap_or("-")
+            ),
+            _ => println!("     {}: still open: {}", item.delivery, item.summary),
+        }
+    }
+    if run.items.iter().any(|i| i.verdict == "open") {
+        bail!("the reconciler left an item open");
+    }
 
     let work = demo
         .call(
@@ -287,7 +348,11 @@ pub async fn run() -> Result<()> {
             .pointer("/reservation/token")
             .cloned()
             .unwrap_or(Value::Null);
-        let result = json!({ "refund": "re_3Kd8", "rule": "queue resolution" });
+        let reference = item
+            .get("authoritative_ref")
+            .cloned()
+            .unwrap_or(Value::Null);
+        let result = json!({ "refund": reference, "rule": "released by the reconciler" });
         demo.call(
             reqwest::Method::POST,
             &format!("/v1/effects/{effect}/complete"),

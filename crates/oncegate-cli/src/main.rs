@@ -1,11 +1,18 @@
 //! The `oncegate` command: thin glue between the command line and the library crates.
 
+mod breaker;
 mod canon;
 mod check;
 mod contract;
+mod corpus;
 mod demo;
 mod explain;
 mod key;
+mod migrate;
+mod purge;
+mod queue;
+mod reconcile;
+mod replay;
 mod report;
 mod salt;
 mod serve;
@@ -58,7 +65,32 @@ enum Command {
         /// Log JSON lines instead of text (also `ONCEGATE_LOG=json`).
         #[arg(long)]
         log_json: bool,
+        /// How often the retention purge runs in the background.
+        #[arg(long, value_parser = duration, default_value = "1h")]
+        purge_every: Duration,
+        /// Run no background purge (another instance or a cron `oncegate purge` does it).
+        #[arg(long)]
+        no_purge: bool,
+        /// How far back a strategy's key matches count for its collision breaker.
+        #[arg(long, value_parser = duration, default_value = "24h")]
+        breaker_window: Duration,
     },
+    /// Work the ambiguity queue: `queue list|show|resolve`.
+    Queue {
+        #[command(subcommand)]
+        command: queue::QueueCommand,
+    },
+    /// Collision breakers: `breaker list|close`.
+    Breaker {
+        #[command(subcommand)]
+        command: breaker::BreakerCommand,
+    },
+    /// Apply the contract's retention now (index past horizon, payloads, proofs; durable identities kept).
+    Purge(purge::PurgeArgs),
+    /// Settle open reconcile items against the types' authorities once (cron-style), and run the invisible-losses sweep.
+    Reconcile(reconcile::ReconcileArgs),
+    /// Late replay of one delivery: the same strategy version, the business result found through its proof.
+    Replay(replay::ReplayArgs),
     /// Replay the source story (a re-encoded retry, two legitimate refunds) against the real service.
     Demo,
     /// Print the RFC 8785 (JCS) canonical form of the JSON read on stdin.
@@ -100,6 +132,20 @@ enum Command {
         #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
         store: String,
     },
+    /// After a cut-over to new strategy versions: alias live effects to the keys the new
+    /// contract makes for them, so retries of old events are still recognized.
+    Migrate {
+        /// The new contract (the one being cut over to).
+        #[arg(long)]
+        contract: PathBuf,
+        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
+        store: String,
+    },
+    /// Choose keys from evidence: export, analyze and replay a corpus of deliveries (JSON Lines).
+    Corpus {
+        #[command(subcommand)]
+        command: corpus::CorpusCommand,
+    },
     /// Received, applied, ignored, pending and the unexplained gap, per provider/env/type.
     Report {
         /// Only deliveries received at or after this RFC 3339 instant (default: 24 hours ago).
@@ -138,6 +184,9 @@ fn main() -> ExitCode {
             request_timeout,
             metrics_public,
             log_json,
+            purge_every,
+            no_purge,
+            breaker_window,
         } => {
             let json = log_json || std::env::var("ONCEGATE_LOG").is_ok_and(|v| v == "json");
             oncegate_server::init_logging(json);
@@ -150,10 +199,26 @@ fn main() -> ExitCode {
                         lease,
                         request_timeout,
                         metrics_public,
+                        purge_every: (!no_purge).then_some(purge_every),
+                        breaker_window,
                     }))
                 })
                 .map(|()| ExitCode::SUCCESS)
         }
+        Command::Corpus { command } => corpus::run(command),
+        Command::Migrate { contract, store } => contract::load(&contract).and_then(|contract| {
+            let salt = salt::read()?;
+            runtime()?.block_on(async {
+                let store = oncegate_store::open(&store).await?;
+                print!("{}", migrate::run(store.as_ref(), &contract, salt).await?);
+                Ok(ExitCode::SUCCESS)
+            })
+        }),
+        Command::Queue { command } => queue::main(command).map(|()| ExitCode::SUCCESS),
+        Command::Breaker { command } => breaker::main(command).map(|()| ExitCode::SUCCESS),
+        Command::Purge(args) => purge::main(args).map(|()| ExitCode::SUCCESS),
+        Command::Replay(args) => replay::main(args).map(|()| ExitCode::SUCCESS),
+        Command::Reconcile(args) => reconcile::main(args).map(|()| ExitCode::SUCCESS),
         Command::Demo => runtime()
             .and_then(|rt| rt.block_on(demo::run()))
             .map(|()| ExitCode::SUCCESS),

@@ -41,13 +41,22 @@ pub async fn render(store: &dyn Store, since: OffsetDateTime) -> Result<String> 
             c.unexplained_gap.to_string(),
         ]
     };
+    // Rows are per tenant; the tenant is named only when the store holds more than one, so
+    // the usual single-tenant table keeps its short names.
+    let many_tenants = report
+        .rows
+        .iter()
+        .any(|r| r.tenant != report.rows[0].tenant);
     for r in &report.rows {
-        let name = format!(
+        let mut name = format!(
             "{}/{}/{}",
             r.provider,
             r.env,
             r.event_type.as_deref().unwrap_or("(unknown type)")
         );
+        if many_tenants {
+            name = format!("{}:{name}", r.tenant);
+        }
         table.add_row(row(name, &r.counts));
     }
     table.add_row(row("total".to_owned(), &report.total));
@@ -64,6 +73,28 @@ pub async fn render(store: &dyn Store, since: OffsetDateTime) -> Result<String> 
         out.push_str(&format!(
             "unexplained gap: {} — deliveries were received without a documented decision; run `oncegate explain` on them\n",
             report.total.unexplained_gap
+        ));
+    }
+    // Only shown when the invisible-losses sweep found something, so the usual report stays
+    // as it was.
+    if report.total.missing_at_source_check > 0 {
+        out.push_str(&format!(
+            "missing at source: {} operation(s) the authority lists have no local effect (invisible losses)\n",
+            report.total.missing_at_source_check
+        ));
+    }
+    // Shadows never act, so their disagreements are a note for whoever plans a cut-over.
+    for r in report
+        .rows
+        .iter()
+        .filter(|r| r.counts.shadow_disagreements > 0)
+    {
+        out.push_str(&format!(
+            "shadow_disagreements {}/{}/{}: {} delivery(ies) a shadow strategy would have decided otherwise\n",
+            r.provider,
+            r.env,
+            r.event_type.as_deref().unwrap_or("-"),
+            r.counts.shadow_disagreements
         ));
     }
     Ok(out)

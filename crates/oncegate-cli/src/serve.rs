@@ -14,6 +14,9 @@ pub struct Options<'a> {
     pub lease: Option<Duration>,
     pub request_timeout: Duration,
     pub metrics_public: bool,
+    /// The background purge's period; `None` runs none.
+    pub purge_every: Option<Duration>,
+    pub breaker_window: Duration,
 }
 
 /// The store URL: the flag (or `ONCEGATE_STORE`), else the contract's `settings.store`, else a
@@ -59,6 +62,8 @@ pub async fn run(o: Options<'_>) -> Result<()> {
     config.lease = o.lease;
     config.request_timeout = o.request_timeout;
     config.metrics_public = o.metrics_public;
+    config.purge_every = o.purge_every;
+    config.breaker_window = o.breaker_window;
     if config.tokens.is_empty() {
         tracing::warn!("no bearer tokens configured (ONCEGATE_TOKENS): only signed provider posts are accepted and operator routes are closed");
     }

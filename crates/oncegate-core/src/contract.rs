@@ -127,6 +127,10 @@ pub struct Authority {
     pub reference: Pointer,
     /// Type discriminant → where the same value is in an operation.
     pub fields: Vec<(Pointer, Pointer)>,
+    /// The invisible-losses sweep: when set, the resources seen within this window are
+    /// listed at the authority periodically and operations with no local effect reported.
+    /// Off (`None`) unless the contract asks for it.
+    pub sweep_window: Option<Duration>,
 }
 
 /// A validated event type.
@@ -148,6 +152,10 @@ pub struct EventType {
     pub horizon: Duration,
     pub authority: Option<Authority>,
     pub strategies: Vec<Strategy>,
+    /// Shadow strategies (`[[…shadow]]`): computed on live traffic with their own index and
+    /// reported when they would have decided differently, never acting. How a new version
+    /// earns its cut-over.
+    pub shadow: Vec<Strategy>,
     /// Line of the type's table in the contract, for messages.
     pub line: usize,
 }
@@ -304,6 +312,8 @@ struct RawType {
     authority: Option<RawAuthority>,
     #[serde(default)]
     strategies: Vec<Spanned<RawStrategy>>,
+    #[serde(default)]
+    shadow: Vec<Spanned<RawStrategy>>,
 }
 
 #[derive(Deserialize)]
@@ -317,6 +327,7 @@ struct RawAuthority {
     reference: String,
     #[serde(default)]
     fields: BTreeMap<String, String>,
+    sweep_window: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -775,6 +786,7 @@ fn event_type_def(
         .and_then(|a| authority(c, at, a, resource.is_some()));
 
     let mut strategies: Vec<Strategy> = Vec::new();
+    let mut shadow: Vec<Strategy> = Vec::new();
     if raw.strategies.is_empty() {
         c.error(
             at,
@@ -782,13 +794,26 @@ fn event_type_def(
             "a type needs at least one strategy to make its effect key",
         );
     }
-    for (i, spanned) in raw.strategies.into_iter().enumerate() {
+    // Shadows are read exactly as strategies are (same shape, same checks, same global
+    // name+version consistency); they only land in their own list.
+    let listed = raw
+        .strategies
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| ("strategies", i, s))
+        .chain(
+            raw.shadow
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| ("shadow", i, s)),
+        );
+    for (list, i, spanned) in listed {
         let line = c.line_of(spanned.span().start);
         let sat = At {
             line: Some(line),
             ..at
         };
-        let field = format!("strategies[{i}]");
+        let field = format!("{list}[{i}]");
         let rs = spanned.into_inner();
         let Some(level) = Level::parse(&rs.level) else {
             c.error(
@@ -871,6 +896,7 @@ fn event_type_def(
         }
         if let Some(prev) = strategies
             .iter()
+            .chain(&shadow)
             .find(|s| s.name == rs.name && s.version == rs.version)
         {
             let _ = prev;
@@ -915,7 +941,11 @@ fn event_type_def(
                 labels.insert((rs.name.clone(), rs.version), (strategy.clone(), here));
             }
         }
-        strategies.push(strategy);
+        if list == "shadow" {
+            shadow.push(strategy);
+        } else {
+            strategies.push(strategy);
+        }
     }
 
     let criticality = criticality?;
@@ -952,6 +982,7 @@ fn event_type_def(
         horizon,
         authority,
         strategies,
+        shadow,
         line: at.line.unwrap_or(0),
     })
 }
@@ -1003,6 +1034,14 @@ fn authority(
             None
         }
     };
+    let sweep_window = raw.sweep_window.as_deref().map(|w| {
+        c.duration(
+            at,
+            "authority.sweep_window",
+            Some(w),
+            Duration::from_secs(86400),
+        )
+    });
     let operations = c.pointer(at, "authority.operations", &raw.operations);
     let reference = c.pointer(at, "authority.reference", &raw.reference);
     let mut fields = Vec::new();
@@ -1024,5 +1063,6 @@ fn authority(
         operations: operations?,
         reference: reference?,
         fields,
+        sweep_window,
     })
 }

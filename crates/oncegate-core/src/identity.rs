@@ -221,6 +221,35 @@ fn meaningful(v: Option<&Value>) -> Result<&Value, &'static str> {
 
 /// Computes the effect identity of a parsed delivery of a known type.
 pub fn identify(t: &EventType, origin: Origin<'_>, doc: &Value, salt: &[u8]) -> Identity {
+    identify_with(t, &t.strategies, origin, doc, salt)
+}
+
+/// The identity each of the type's shadow strategies would give the delivery, each on its own
+/// (a shadow is one strategy observed beside the hierarchy, not a second hierarchy).
+pub fn shadow_identities<'t>(
+    t: &'t EventType,
+    origin: Origin<'_>,
+    doc: &Value,
+    salt: &[u8],
+) -> Vec<(&'t Strategy, Identity)> {
+    t.shadow
+        .iter()
+        .map(|s| {
+            (
+                s,
+                identify_with(t, std::slice::from_ref(s), origin, doc, salt),
+            )
+        })
+        .collect()
+}
+
+fn identify_with(
+    t: &EventType,
+    strategies: &[Strategy],
+    origin: Origin<'_>,
+    doc: &Value,
+    salt: &[u8],
+) -> Identity {
     let (doc, notes) = normalized(t, doc);
     let canonical = |p: &Pointer, v: &Value| {
         let form = to_key_form(v);
@@ -250,7 +279,7 @@ pub fn identify(t: &EventType, origin: Origin<'_>, doc: &Value, salt: &[u8]) -> 
     };
     let mut skipped = Vec::new();
     let mut effect = None;
-    for s in &t.strategies {
+    for s in strategies {
         let made = match &resource {
             Err(why) => Err(why.clone()),
             Ok(resource) => strategy_key(t, s, origin, &doc, resource.as_deref(), salt, &notes),

@@ -7,9 +7,11 @@
 
 pub mod canon;
 pub mod contract;
+pub mod corpus;
 pub mod identity;
 pub mod ids;
 pub mod json;
 pub mod matrix;
 pub mod pointer;
+pub mod reconcile;
 pub mod strategy;

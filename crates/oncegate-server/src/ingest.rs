@@ -30,8 +30,10 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
 use crate::auth::{Caller, Role};
+use crate::breaker;
 use crate::error::ApiError;
 use crate::metrics::DeliveryLabels;
+use crate::shadow;
 use crate::signature;
 use crate::state::{to_time, AppState, Undecided};
 use crate::wire::{
@@ -300,30 +302,51 @@ async fn ingest(state: &AppState, r: Reception) -> Result<DecisionBody, ApiError
         .store
         .journal(reception(&r, event_type.clone(), Some(transport), provider))
         .await?;
+    // Shadow strategies see the delivery before the decision so their verdicts are part of
+    // the proof; they never change it.
+    let shadows = match (type_def, &event_type) {
+        (Some(t), Some(et)) if !t.shadow.is_empty() => {
+            shadow::verdicts(state, t, r.origin(), &doc, et, &delivery, r.received_at).await
+        }
+        _ => Vec::new(),
+    };
+    let mut details = plan.details.clone();
+    details.shadow = shadows.clone();
     let request = DecideRequest {
         delivery: delivery.clone(),
         event_type: event_type.clone(),
         key: plan.key.clone(),
         lease: state.lease_time(),
-        details_json: serde_json::to_string(&plan.details).expect("details serialize"),
+        details_json: serde_json::to_string(&details).expect("details serialize"),
         now: r.received_at,
+        resource: plan.resource.clone(),
+        critical: plan.critical,
     };
     // The outcome does not repeat the differences the matrix saw, so the closure keeps the
     // last view's list (the store may run it more than once; the last run is the one applied).
     let seen: Mutex<Vec<Difference>> = Mutex::new(Vec::new());
     let shape = &plan.shape;
+    // The strategy's collision breaker, read just before the decision (see `breaker`).
+    let breaker_scope = match (&plan.strategy, &event_type) {
+        (Some(s), Some(t)) => Some(breaker::scope(&r.provider, &r.env, t, s)),
+        _ => None,
+    };
+    let breaker_open = match &breaker_scope {
+        Some(scope) => breaker::is_open(state, scope).await,
+        None => false,
+    };
     let decide = |view: &PriorView| {
         *seen.lock().expect("differences lock") = view.differences.clone();
-        shape.decide(view)
+        shape.decide(view, breaker_open)
     };
-    let mut outcome = match state.store.decide(request, &decide).await {
+    let outcome = match state.store.decide(request, &decide).await {
         Ok(o) => o,
         Err(e) => return Err(undecided(state, delivery, event_type, e)),
     };
-    let differences = seen.into_inner().expect("differences lock");
-    if let Some(first) = transport_duplicate_of(state, &outcome).await {
-        outcome.reference_delivery = Some(first);
+    if let Some(scope) = &breaker_scope {
+        breaker::count(state, scope, &outcome).await;
     }
+    let differences = seen.into_inner().expect("differences lock");
     let labels = DeliveryLabels {
         provider: label_or(provider.is_some(), &r.provider, "(unknown)"),
         env: r.env.clone(),
@@ -371,36 +394,24 @@ async fn ingest(state: &AppState, r: Reception) -> Result<DecisionBody, ApiError
     if waiting > 0 {
         tracing::debug!(waiting, "missed decisions still wait for the store");
     }
-    Ok(decision_body(
-        state,
-        &delivery,
-        event_type,
-        &plan,
-        &differences,
-        outcome,
-    ))
-}
-
-/// For a transport-layer ignore, the delivery that made the effect. The store names the
-/// earliest journaled packet with the same delivery id, which under concurrency can be another
-/// retry that was itself ignored; the proof should point at the delivery whose effect it is.
-async fn transport_duplicate_of(
-    state: &AppState,
-    o: &DecideOutcome,
-) -> Option<oncegate_core::ids::DeliveryId> {
-    if o.decision.action != matrix::Action::Ignore
-        || o.decision.layer != Some(matrix::Layer::Transport)
-    {
-        return None;
-    }
-    let effect = o.effect.as_ref()?;
-    state
-        .store
-        .effect(effect)
-        .await
-        .ok()
-        .flatten()
-        .map(|e| e.first_delivery)
+    let disagreeing = match &event_type {
+        Some(et) if !shadows.is_empty() => {
+            shadow::settle(
+                state,
+                r.origin(),
+                et,
+                &delivery,
+                outcome.decision.action,
+                &shadows,
+                r.received_at,
+            )
+            .await
+        }
+        _ => Vec::new(),
+    };
+    let mut body = decision_body(state, &delivery, event_type, &plan, &differences, outcome);
+    body.shadow = disagreeing;
+    Ok(body)
 }
 
 fn label_or(known: bool, value: &str, unknown: &str) -> String {
@@ -585,6 +596,8 @@ async fn refuse(
         lease: state.lease_time(),
         details_json: serde_json::to_string(&details).expect("details serialize"),
         now: r.received_at,
+        resource: None,
+        critical: true,
     };
     let recorded = decision.clone();
     let matrix = move |_: &PriorView| recorded.clone();
@@ -642,7 +655,7 @@ enum Shape {
 }
 
 impl Shape {
-    fn decide(&self, view: &PriorView) -> matrix::Decision {
+    fn decide(&self, view: &PriorView, breaker_open: bool) -> matrix::Decision {
         match self {
             Shape::Keyed {
                 criticality,
@@ -651,9 +664,7 @@ impl Shape {
             } => matrix::decide(&Situation::Identified {
                 criticality: *criticality,
                 authority: *authority,
-                // The collision breaker needs shared, recent collision rates per strategy,
-                // which the store does not keep yet; until it does, no breaker is open.
-                breaker_open: false,
+                breaker_open,
                 transport: view.transport,
                 key: Keyed {
                     confidence: *confidence,
@@ -675,6 +686,10 @@ struct Plan {
     strategy: Option<StrategyRef>,
     confidence: Option<Confidence>,
     details: ProofDetails,
+    /// Kept on the effect for the reconciler (the resource the authority is asked about) and
+    /// the lease sweeper (critical → verify before retry; reversible → takeover).
+    resource: Option<String>,
+    critical: bool,
 }
 
 impl Plan {
@@ -714,6 +729,8 @@ impl Plan {
                 strategy: None,
                 confidence: None,
                 details,
+                resource: id.resource.clone(),
+                critical: t.criticality == Criticality::Critical,
             };
         };
         details.scope = Some(k.scope.clone());
@@ -756,6 +773,8 @@ impl Plan {
             strategy: Some(strategy),
             confidence: Some(k.confidence),
             details,
+            resource: id.resource.clone(),
+            critical: t.criticality == Criticality::Critical,
         }
     }
 
@@ -778,6 +797,9 @@ impl Plan {
                 notes: note.into_iter().collect(),
                 ..ProofDetails::default()
             },
+            resource: None,
+            // Without a contract nothing says the effect is harmless: verify, never re-run.
+            critical: true,
         }
     }
 }
@@ -824,5 +846,6 @@ fn decision_body(
         rule: o.decision.rule.to_owned(),
         event_type,
         queue_item_id: o.queue_item.as_ref().map(ToString::to_string),
+        shadow: Vec::new(),
     }
 }

@@ -1,7 +1,7 @@
 //! The oncegate HTTP service: the only crate that knows HTTP and JSON wire types.
 //!
 //! It turns the pure engine (`oncegate-core`) and the durable store (`oncegate-store`) into the
-//! `/v1` API of issue 4: providers post deliveries and get a decision, callers complete or fail
+//! `/v1` API: providers post deliveries and get a decision, callers complete or fail
 //! the effects they reserved, operators read proofs, work the queue and read the report.
 //!
 //! Build a [`ServiceConfig`], then either mount [`router`] yourself or call [`serve`] with a
@@ -16,6 +16,9 @@
 //! | `POST /v1/queue/{delivery_id}/resolve` | bearer `operator`/`admin` | 200 item; 400; 404 not queued/other tenant; 409 already resolved |
 //! | `POST /v1/work/claim` | bearer `ingest`/`admin` | 200 `{items}`; 400 |
 //! | `GET /v1/report?since=&tenant=` | bearer `operator`/`admin` | 200 `{rows, total}`; 400; 404 other tenant |
+//! | `POST /v1/deliveries/{delivery_id}/replay` | bearer `operator`/`admin` | 200 the replay's decision (`ignore` found through the proof, or `reconcile`); 404 unknown/other tenant |
+//! | `GET /v1/breakers` | bearer `operator`/`admin` | 200 `{breakers}` |
+//! | `POST /v1/breakers/close` | bearer `operator`/`admin` for all tenants | 200 breaker; 400 no note; 403 tenant-restricted; 404 never opened; 409 not open |
 //! | `GET /metrics` | open, or bearer `operator`/`admin` | 200 Prometheus text |
 //! | `GET /healthz` · `GET /readyz` | anyone | 200; `/readyz` 503 when the store does not answer |
 //!
@@ -32,20 +35,30 @@ use oncegate_store::Store;
 use time::OffsetDateTime;
 
 mod auth;
+mod authority;
+mod breaker;
 mod error;
 mod ingest;
 mod logging;
 mod metrics;
+mod purge;
+mod reconciler;
+pub mod replay;
 mod reservation;
 mod routes;
 mod secrets;
+mod shadow;
 mod signature;
 mod state;
 mod wire;
 
 pub use auth::{ApiToken, Role};
+pub use authority::{AuthorityError, AuthorityPolicy};
 pub use error::ApiError;
 pub use logging::init_logging;
+pub use reconciler::{
+    reconcile_once, ItemReport, ReconcileError, ReconcilerSettings, RunReport, SweepReport,
+};
 pub use secrets::ProviderSecrets;
 pub use signature::{sign_hmac, sign_standard_webhooks};
 
@@ -79,6 +92,12 @@ pub struct ServiceConfig {
     pub request_timeout: Duration,
     /// Overrides the contract's `settings.lease` for `process` reservations.
     pub lease: Option<Duration>,
+    /// How far back a strategy's key matches count for its collision breaker (default 24 h).
+    pub breaker_window: Duration,
+    /// How often `serve` applies the retention rules in the background; `None` never does.
+    pub purge_every: Option<Duration>,
+    /// The reconciler worker `serve` runs (every 30 s by default) and its authority policy.
+    pub reconciler: ReconcilerSettings,
     pub clock: Clock,
 }
 
@@ -95,6 +114,9 @@ impl ServiceConfig {
             metrics_public: false,
             request_timeout: Duration::from_secs(10),
             lease: None,
+            breaker_window: Duration::from_secs(24 * 3600),
+            purge_every: Some(Duration::from_secs(3600)),
+            reconciler: ReconcilerSettings::default(),
             clock: system_clock(),
         }
     }
@@ -112,6 +134,9 @@ impl std::fmt::Debug for ServiceConfig {
             .field("metrics_public", &self.metrics_public)
             .field("request_timeout", &self.request_timeout)
             .field("lease", &self.lease)
+            .field("breaker_window", &self.breaker_window)
+            .field("purge_every", &self.purge_every)
+            .field("reconciler", &self.reconciler)
             .finish()
     }
 }
@@ -125,19 +150,33 @@ pub fn router(config: ServiceConfig) -> axum::Router {
 /// lets in-flight requests finish (a decision under way is always completed and recorded).
 ///
 /// Beside the HTTP server it runs a small upkeep loop: leases that passed are turned into
-/// `unknown`, and receptions whose decision could not be recorded while the store was down are
-/// recorded as rejected once it is back.
+/// `unknown` with a "verify before retry" item (critical) or released for takeover
+/// (reversible), and receptions whose decision could not be recorded while the store was down
+/// are recorded as rejected once it is back. It also runs the reconciler
+/// (`config.reconciler.every`, default 30 s): open reconcile items are checked against their
+/// type's authority, see [`reconcile_once`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: ServiceConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let reconciler_settings = config.reconciler;
     let state = state::AppState::new(config);
     let upkeep = tokio::spawn(state::upkeep(state.clone()));
+    // Reconciliation runs beside the server, never inside a delivery post: an authority that
+    // is slow or down delays only the queue.
+    let reconciler = tokio::spawn(reconciler::run_forever(state.clone(), reconciler_settings));
+    let purge = state
+        .purge_every
+        .map(|every| tokio::spawn(purge::run(state.clone(), every)));
     let app = routes::router(state);
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await;
     upkeep.abort();
+    reconciler.abort();
+    if let Some(purge) = purge {
+        purge.abort();
+    }
     result
 }

@@ -9,7 +9,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use oncegate_core::matrix::{Action, Decision, Flag, Layer};
-use oncegate_store::{QueueFilter, QueueKind, QueueStatus, Store, TenantFilter};
+use oncegate_store::{
+    BreakerRule, BreakerScope, QueueFilter, QueueKind, QueueStatus, Store, TenantFilter,
+};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -98,8 +100,13 @@ pub(crate) struct Metrics {
     queue_oldest: Family<KindLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     effects: Family<StateLabels, Gauge>,
     store_up: Gauge,
+    breaker_open: Family<StrategyLabels, Gauge>,
     latency: Histogram,
     effects_refreshed: Mutex<Option<Instant>>,
+    /// The reconciler's own metrics (attempts by outcome, missing effects).
+    pub reconcile: crate::reconciler::ReconcileMetrics,
+    /// Shadow strategies' disagreements with the active hierarchy.
+    pub shadow: crate::shadow::ShadowMetrics,
 }
 
 impl Metrics {
@@ -184,13 +191,23 @@ impl Metrics {
             "1 when the store answered the last scrape's ping",
             store_up.clone(),
         );
+        let breaker_open = Family::<StrategyLabels, Gauge>::default();
+        registry.register(
+            "breaker_open",
+            "1 while a strategy's collision breaker is open (its ignores become reconcile), 0 once closed",
+            breaker_open.clone(),
+        );
         let latency = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         registry.register(
             "decision_latency_seconds",
             "Time from a delivery's arrival to its recorded decision",
             latency.clone(),
         );
+        let reconcile = crate::reconciler::ReconcileMetrics::register(&mut registry);
+        let shadow = crate::shadow::ShadowMetrics::register(&mut registry);
         Metrics {
+            reconcile,
+            shadow,
             registry,
             deliveries,
             keys,
@@ -205,6 +222,7 @@ impl Metrics {
             queue_oldest,
             effects,
             store_up,
+            breaker_open,
             latency,
             effects_refreshed: Mutex::new(None),
         }
@@ -289,6 +307,18 @@ impl Metrics {
             .inc();
     }
 
+    /// Sets a strategy's breaker gauge (1 open, 0 closed).
+    pub fn breaker(&self, scope: &BreakerScope, open: bool) {
+        self.breaker_open
+            .get_or_create(&StrategyLabels {
+                provider: scope.provider.clone(),
+                env: scope.env.clone(),
+                event_type: scope.event_type.clone(),
+                strategy: scope.strategy_label(),
+            })
+            .set(i64::from(open));
+    }
+
     /// Reads the shared gauges from the store. A store that does not answer leaves the last
     /// values in place and sets `oncegate_store_up` to 0.
     pub async fn refresh(&self, store: &dyn Store, now: OffsetDateTime) {
@@ -297,6 +327,15 @@ impl Metrics {
             return;
         }
         self.store_up.set(1);
+        // Breakers are shared state: another instance may have opened or closed one. Their
+        // state does not depend on the window, so any rule lists them.
+        if let Ok(breakers) = store.breakers(&BreakerRule::new(0.0, 0), now).await {
+            for b in &breakers {
+                if b.opened_at.is_some() {
+                    self.breaker(&b.scope, b.is_open());
+                }
+            }
+        }
         for kind in [QueueKind::Quarantine, QueueKind::Reconcile] {
             let filter = QueueFilter {
                 tenants: TenantFilter::All,

@@ -39,6 +39,8 @@ pub(crate) struct Inner {
     pub metrics_public: bool,
     pub request_timeout: Duration,
     pub lease: Duration,
+    pub breaker_window: time::Duration,
+    pub purge_every: Option<Duration>,
     pub clock: Clock,
     pub token_key: TokenKey,
     pub limits: Limits,
@@ -74,6 +76,8 @@ impl AppState {
             metrics_public: config.metrics_public,
             request_timeout: config.request_timeout,
             lease,
+            breaker_window: to_time(config.breaker_window),
+            purge_every: config.purge_every,
             clock: config.clock,
             limits,
             metrics: Metrics::new(),
@@ -122,6 +126,8 @@ impl AppState {
                 lease: self.lease_time(),
                 details_json: r#"{"rejection":"store_unavailable"}"#.to_owned(),
                 now,
+                resource: None,
+                critical: true,
             };
             match self.store.decide(request, &matrix).await {
                 Ok(_) => {

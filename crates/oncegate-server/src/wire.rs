@@ -1,7 +1,7 @@
 //! The JSON shapes of the HTTP contract (v1). These types exist only at the edge: the core and
 //! the store never see them, so a change of the wire shape never touches the decision matrix.
 //!
-//! Field names follow issue 4's "HTTP contract (v1)" exactly; fields marked "extra" are
+//! Field names follow the HTTP contract (v1) in README.md exactly; fields marked "extra" are
 //! additions the contract allows.
 
 use oncegate_core::matrix::{Difference, Layer, Prior};
@@ -93,6 +93,9 @@ pub(crate) struct DecisionBody {
     pub event_type: Option<String>,
     /// Extra: the queue item opened for a quarantine or a reconcile.
     pub queue_item_id: Option<String>,
+    /// What shadow strategies would have decided, for those that would have decided otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shadow: Vec<crate::shadow::ShadowBody>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -173,6 +176,9 @@ pub(crate) struct ProofDetails {
     pub criticality: Option<String>,
     #[serde(default)]
     pub confidence: Option<String>,
+    /// Every shadow strategy's verdict on this delivery (the proof shows those that differ).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shadow: Vec<crate::shadow::ShadowBody>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -243,6 +249,15 @@ pub(crate) struct QueueItemBody {
     pub reason: String,
     pub existing_effect_id: Option<String>,
     pub resolution: Option<ResolutionBody>,
+    /// The reconciler's last attempt on the item, and why it left the item open.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_attempt_at: Option<OffsetDateTime>,
+    pub last_error: Option<String>,
+    pub reconcile_attempts: u64,
+    /// What the authority answered (sensitive values masked): at the last attempt, and the
+    /// evidence a reconciler resolution rests on.
+    pub last_evidence: Option<Box<RawValue>>,
+    pub resolution_evidence: Option<Box<RawValue>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -313,6 +328,10 @@ pub(crate) struct ReportRowBody {
     pub reconcile_resolved: u64,
     pub effects_failed: u64,
     pub effects_unknown: u64,
+    /// Operations the authority lists with no local effect (the invisible-losses sweep).
+    pub missing_at_source: u64,
+    /// Deliveries a shadow strategy would have decided otherwise.
+    pub shadow_disagreements: u64,
 }
 
 #[derive(Debug, Serialize)]

@@ -86,6 +86,8 @@ fn request(delivery: DeliveryId, i: usize) -> DecideRequest {
         lease: Duration::seconds(30),
         details_json: "{}".into(),
         now: now(),
+        resource: Some(format!("pay_{i}")),
+        critical: true,
     }
 }
 

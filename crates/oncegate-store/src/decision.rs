@@ -60,6 +60,12 @@ pub struct DecideRequest {
     /// Opaque JSON text kept in the proof (skipped strategies, fields used…).
     pub details_json: String,
     pub now: OffsetDateTime,
+    /// The resource the delivery is about (the type's `resource` field), kept on the effect
+    /// so the reconciler can list every local effect of one resource.
+    pub resource: Option<String>,
+    /// The type's criticality: an expired reservation of a critical effect is verified before
+    /// any retry; a reversible one is released for takeover.
+    pub critical: bool,
 }
 
 /// The effect that already holds a delivery's key, as the matrix sees it.

@@ -129,6 +129,12 @@ pub struct EffectRecord {
     pub created_at: OffsetDateTime,
     pub updated_at: OffsetDateTime,
     pub deliveries: Vec<EffectLink>,
+    /// The resource the effect is about, when its type declares one (reconciliation lists the
+    /// local effects of one resource).
+    pub resource: Option<String>,
+    /// Critical effects are verified before any retry when their lease expires; reversible
+    /// ones are released for takeover.
+    pub critical: bool,
 }
 
 /// Released work handed to one worker exclusively; `complete` / `fail` / `heartbeat` it with

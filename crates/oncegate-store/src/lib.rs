@@ -17,13 +17,17 @@ use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
 use oncegate_core::matrix::Decision;
 use time::{Duration, OffsetDateTime};
 
+pub mod alias;
+pub mod breaker;
 pub mod decision;
 pub mod delivery;
 pub mod effect;
 pub mod error;
 pub mod queue;
+pub mod reconciliation;
 pub mod report;
 pub mod retention;
+pub mod shadow;
 
 mod codes;
 mod operations;
@@ -33,6 +37,8 @@ mod schema;
 mod sql;
 pub mod sqlite;
 
+pub use alias::{MigrationSource, NewAlias};
+pub use breaker::{Breaker, BreakerRecord, BreakerRule, BreakerScope, BreakerState};
 pub use decision::{
     DecideOutcome, DecideRequest, EffectKey, Horizon, PriorEffect, PriorView, ProofRecord,
     Reservation, StrategyRef,
@@ -47,8 +53,10 @@ pub use queue::{
     Proposal, QueueFilter, QueueItem, QueueKind, QueueStatus, Resolution, ResolutionOutcome,
     ResolutionRecord,
 };
+pub use reconciliation::{MissingOperation, ReconcileAttempt, ResourceScope};
 pub use report::{Report, ReportCounts, ReportRow};
 pub use retention::{PurgeCounts, PurgePolicy};
+pub use shadow::{ShadowCount, ShadowDisagreement, ShadowObservation, ShadowPrior};
 
 /// The decision matrix as the store runs it: pure, synchronous, and possibly run more than
 /// once per delivery (when a race changed the prior, the store re-reads it and asks again).
@@ -164,6 +172,51 @@ pub trait Store: Send + Sync {
         since: OffsetDateTime,
     ) -> Result<Report, StoreError>;
 
+    // Reconciliation (schema v2): see `reconciliation`.
+
+    /// Every local effect of one resource, oldest first (links not included).
+    async fn resource_effects(
+        &self,
+        scope: &ResourceScope,
+    ) -> Result<Vec<EffectRecord>, StoreError>;
+
+    /// The open `reconcile` items, least recently attempted first, then oldest first.
+    async fn open_reconcile_items(&self, limit: u32) -> Result<Vec<QueueItem>, StoreError>;
+
+    /// Records an attempt that left an item open (shown in the queue listing).
+    async fn record_reconcile_attempt(
+        &self,
+        item: &QueueItemId,
+        attempt: ReconcileAttempt,
+    ) -> Result<QueueItem, StoreError>;
+
+    /// `resolve`, keeping the evidence (JSON text); a `duplicate` of an effect whose outcome
+    /// was unknown also settles that effect as completed.
+    async fn resolve_with_evidence(
+        &self,
+        item: &QueueItemId,
+        resolution: Resolution,
+        evidence: &str,
+    ) -> Result<QueueItem, StoreError>;
+
+    /// The resources of one provider's type that effects or queue items were recorded for at
+    /// or after `since` (what the invisible-losses sweep asks the authority about).
+    async fn resources_seen(
+        &self,
+        provider: &str,
+        event_type: &str,
+        since: OffsetDateTime,
+    ) -> Result<Vec<ResourceScope>, StoreError>;
+
+    /// Replaces the authority operations found with no local effect for one resource; returns
+    /// how many are missing now.
+    async fn record_missing(
+        &self,
+        scope: &ResourceScope,
+        missing: &[MissingOperation],
+        now: OffsetDateTime,
+    ) -> Result<u64, StoreError>;
+
     /// Applies the retention rules; with `dry_run` only counts what would go.
     async fn purge(
         &self,
@@ -171,6 +224,63 @@ pub trait Store: Send + Sync {
         now: OffsetDateTime,
         dry_run: bool,
     ) -> Result<PurgeCounts, StoreError>;
+
+    /// Counts one key match of a strategy (a decision whose prior was not `None`) in its
+    /// breaker's rolling window, `collision` when it was quarantined, and opens the breaker
+    /// when the window trips `rule`; `opened_now` is true for exactly one caller.
+    async fn breaker_record(
+        &self,
+        scope: &BreakerScope,
+        collision: bool,
+        rule: &BreakerRule,
+        now: OffsetDateTime,
+    ) -> Result<BreakerRecord, StoreError>;
+
+    /// The breaker of one strategy scope, with its window's counts (closed when it never opened).
+    async fn breaker(
+        &self,
+        scope: &BreakerScope,
+        rule: &BreakerRule,
+        now: OffsetDateTime,
+    ) -> Result<Breaker, StoreError>;
+
+    /// Every breaker that ever opened and every scope with matches in the window.
+    async fn breakers(
+        &self,
+        rule: &BreakerRule,
+        now: OffsetDateTime,
+    ) -> Result<Vec<Breaker>, StoreError>;
+
+    /// Closes an open breaker with an operator's note and clears its window; `Conflict` when it
+    /// is not open, `NotFound` when it never opened.
+    async fn breaker_close(
+        &self,
+        scope: &BreakerScope,
+        note: &str,
+        by: &str,
+        now: OffsetDateTime,
+    ) -> Result<Breaker, StoreError>;
+
+    /// Every effect with its first delivery's payload, oldest first: what `oncegate migrate`
+    /// recomputes keys from.
+    async fn migration_sources(&self) -> Result<Vec<MigrationSource>, StoreError>;
+
+    /// Records that `alias.key` (made by another strategy version) names `alias.effect`, so a
+    /// decision whose key holds nothing finds that effect. False when the key was already held.
+    async fn record_alias(&self, alias: &NewAlias) -> Result<bool, StoreError>;
+
+    /// A shadow strategy's look-up in its own index: the prior holder of the key, or `None`
+    /// when this delivery is now its first (shadows never touch effects).
+    async fn shadow_observe(
+        &self,
+        observation: &ShadowObservation,
+    ) -> Result<Option<ShadowPrior>, StoreError>;
+
+    /// Records that a shadow would have decided otherwise (once per delivery and shadow).
+    async fn shadow_disagreement(&self, d: &ShadowDisagreement) -> Result<(), StoreError>;
+
+    /// Disagreements per tenant/provider/env/type/shadow since `since`.
+    async fn shadow_counts(&self, since: OffsetDateTime) -> Result<Vec<ShadowCount>, StoreError>;
 }
 
 /// Opens the store a URL names and applies the embedded migrations: `postgres://…` or

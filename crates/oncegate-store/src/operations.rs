@@ -239,7 +239,7 @@ async fn load_view<T: Tx + Send>(
     // fast-index entry and its effect. `l`: the latest effect with this key, whatever the index
     // says, for when the horizon passed.
     let sql = format!(
-        "SELECT t.id, t.body_sha256, i.scope_hash, i.expires_at, {indexed}, {latest} \
+        "SELECT t.id, t.body_sha256, i.scope_hash, i.expires_at, {indexed}, {latest}, {aliased} \
          FROM (SELECT CAST($1 AS TEXT) AS h) k \
          LEFT JOIN (SELECT d.id, d.body_sha256 FROM deliveries d JOIN proofs p ON p.delivery_id = d.id \
                     WHERE d.tenant = $2 AND d.provider = $3 AND d.env = $4 AND d.transport_key = $5 \
@@ -248,9 +248,11 @@ async fn load_view<T: Tx + Send>(
          LEFT JOIN effect_index i ON i.scope_hash = k.h \
          LEFT JOIN effects e ON e.id = i.effect_id \
          LEFT JOIN effects l ON l.id = (SELECT x.id FROM effects x WHERE x.scope_hash = k.h \
-                                        ORDER BY x.created_at DESC, x.id DESC LIMIT 1)",
+                                        ORDER BY x.created_at DESC, x.id DESC LIMIT 1) \
+         LEFT JOIN effects a ON a.id = (SELECT y.effect_id FROM effect_aliases y WHERE y.alias_hash = k.h)",
         indexed = EFFECT_VIEW_COLS,
         latest = EFFECT_VIEW_COLS.replace("e.", "l."),
+        aliased = EFFECT_VIEW_COLS.replace("e.", "a."),
     );
     let rows = tx
         .query(
@@ -285,6 +287,7 @@ async fn load_view<T: Tx + Send>(
     };
     let indexed_at = 4;
     let latest_at = indexed_at + EFFECT_VIEW_COLS.split(',').count();
+    let aliased_at = latest_at + EFFECT_VIEW_COLS.split(',').count();
     let index_live = row.opt_text(2)?.is_some()
         && match row.opt_int(3)? {
             None => true,
@@ -302,6 +305,11 @@ async fn load_view<T: Tx + Send>(
         // Past the horizon the fast index no longer answers, but a record of the key may
         // remain (its proof and effect are kept longer): the matrix hears `Purged`.
         effect = Some(plan::prior_effect(effect_row(row, latest_at)?, false, now)?);
+    } else if row.opt_text(aliased_at)?.is_some() {
+        // No effect holds this key, but `oncegate migrate` recorded it as another strategy
+        // version's key for an existing effect (a cut-over): that effect is the prior, so a
+        // retry of an event processed under the old version is never applied twice.
+        effect = Some(plan::prior_effect(effect_row(row, aliased_at)?, true, now)?);
     }
     let prior = plan::prior_of(effect.as_ref(), index_without_effect);
     let differences = effect
@@ -376,12 +384,14 @@ struct NewEffect<'a> {
     first_delivery: &'a DeliveryId,
     queue_item: Option<&'a QueueItemId>,
     now: i64,
+    resource: Option<&'a str>,
+    critical: bool,
 }
 
 const INSERT_EFFECT: &str = "INSERT INTO effects (id, tenant, provider, env, event_type, strategy_name, strategy_version, \
      strategy_level, key_value, scope_hash, durable, state, fencing_token, lease_until, holder, discriminants, result, error, \
-     authoritative_ref, first_delivery, queue_item_id, created_at, updated_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, NULL, NULL, $17, $18, $19, $20, $20)";
+     authoritative_ref, first_delivery, queue_item_id, created_at, updated_at, resource, critical) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, NULL, NULL, $17, $18, $19, $20, $20, $21, $22)";
 
 fn insert_effect(e: NewEffect<'_>) -> Statement {
     let strategy = e.strategy;
@@ -408,6 +418,8 @@ fn insert_effect(e: NewEffect<'_>) -> Statement {
             text(e.first_delivery.as_str()),
             opt_text(e.queue_item.map(QueueItemId::as_str)),
             int(e.now),
+            opt_text(e.resource),
+            Value::Bool(e.critical),
         ],
     )
 }
@@ -495,6 +507,8 @@ async fn apply<T: Tx + Send>(
                 first_delivery: &req.delivery,
                 queue_item: None,
                 now,
+                resource: req.resource.as_deref(),
+                critical: req.critical,
             }));
             writes.push(link(&id, &req.delivery, LinkKind::Reserved, now));
             reservation = Some(Reservation {
@@ -548,6 +562,8 @@ async fn apply<T: Tx + Send>(
                 first_delivery: &req.delivery,
                 queue_item: None,
                 now,
+                resource: req.resource.as_deref(),
+                critical: req.critical,
             }));
             writes.push(link(&id, &req.delivery, LinkKind::Reserved, now));
             reservation = Some(Reservation {
@@ -569,8 +585,8 @@ async fn apply<T: Tx + Send>(
             writes.push((
                 "INSERT INTO queue_items (id, kind, status, delivery_id, tenant, provider, env, event_type, strategy_name, \
                  strategy_version, strategy_level, key_value, scope_hash, durable, horizon_ms, discriminants, existing_effect, \
-                 first_delivery, differences, existing_result, proposed, reason, created_at) \
-                 VALUES ($1, $2, 'open', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+                 first_delivery, differences, existing_result, proposed, reason, created_at, resource, critical) \
+                 VALUES ($1, $2, 'open', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)",
                 vec![
                     text(id.as_str()),
                     text(kind.as_str()),
@@ -594,6 +610,8 @@ async fn apply<T: Tx + Send>(
                     text(proposed.as_str()),
                     text(decision.reason.as_str()),
                     int(now),
+                    opt_text(req.resource.as_deref()),
+                    Value::Bool(req.critical),
                 ],
             ));
             queue_item = Some(id);
@@ -616,7 +634,7 @@ async fn apply<T: Tx + Send>(
         ));
     }
 
-    let reference = plan::reference_delivery(view, &decision);
+    let reference = plan::reference_delivery(view);
     let strategy = key.map(|k| &k.strategy);
     writes.push((
             "INSERT INTO proofs (delivery_id, tenant, provider, env, event_type, decided_at, strategy_name, strategy_version, \
@@ -762,11 +780,11 @@ pub(crate) async fn proof<T: Tx + Send>(
 // ---------------------------------------------------------------------------------------------
 // Effects: outcomes, leases, reads and claims
 
-const EFFECT_COLS: &str = "e.id, e.tenant, e.provider, e.env, e.event_type, e.strategy_name, e.strategy_version, \
+pub(crate) const EFFECT_COLS: &str = "e.id, e.tenant, e.provider, e.env, e.event_type, e.strategy_name, e.strategy_version, \
      e.strategy_level, e.key_value, e.durable, e.state, e.fencing_token, e.lease_until, e.holder, e.discriminants, \
-     e.result, e.error, e.authoritative_ref, e.first_delivery, e.queue_item_id, e.created_at, e.updated_at";
+     e.result, e.error, e.authoritative_ref, e.first_delivery, e.queue_item_id, e.created_at, e.updated_at, e.resource, e.critical";
 
-fn effect_from(row: &Row) -> Result<EffectRecord> {
+pub(crate) fn effect_from(row: &Row) -> Result<EffectRecord> {
     Ok(EffectRecord {
         id: plan::parse_effect_id(&row.text(0)?)?,
         tenant: row.text(1)?,
@@ -789,6 +807,8 @@ fn effect_from(row: &Row) -> Result<EffectRecord> {
         created_at: from_ms(row.int(20)?)?,
         updated_at: from_ms(row.int(21)?)?,
         deliveries: Vec::new(),
+        resource: row.opt_text(22)?,
+        critical: row.boolean(23)?,
     })
 }
 
@@ -941,18 +961,9 @@ pub(crate) async fn expire_leases<T: Tx + Send>(
     tx: &mut T,
     now: OffsetDateTime,
 ) -> Result<Vec<EffectId>> {
-    let rows = tx
-        .query(
-            "UPDATE effects SET state = 'unknown', updated_at = $1 WHERE state = 'reserved' AND lease_until <= $1 RETURNING id",
-            &[int(ms(now))],
-        )
-        .await?;
-    let mut ids: Vec<EffectId> = rows
-        .iter()
-        .map(|r| plan::parse_effect_id(&r.text(0)?))
-        .collect::<Result<_>>()?;
-    ids.sort();
-    Ok(ids)
+    // Critical effects become `unknown` with a "verify before retry" item; reversible ones are
+    // released for takeover under a new token (see `reconciliation::expire_leases`).
+    crate::reconciliation::expire_leases(tx, now).await
 }
 
 pub(crate) async fn claim<T: Tx + Send>(
@@ -1005,12 +1016,13 @@ pub(crate) async fn claim<T: Tx + Send>(
 // ---------------------------------------------------------------------------------------------
 // The queue
 
-const QUEUE_COLS: &str = "q.id, q.kind, q.status, q.delivery_id, q.tenant, q.provider, q.env, q.event_type, \
+pub(crate) const QUEUE_COLS: &str = "q.id, q.kind, q.status, q.delivery_id, q.tenant, q.provider, q.env, q.event_type, \
      q.strategy_name, q.strategy_version, q.strategy_level, q.key_value, q.durable, q.horizon_ms, q.discriminants, \
      q.existing_effect, q.first_delivery, q.differences, q.existing_result, q.proposed, q.reason, q.created_at, \
-     q.resolution_outcome, q.resolution_ref, q.resolution_note, q.resolution_by, q.resolved_at, q.resolution_effect, q.scope_hash";
+     q.resolution_outcome, q.resolution_ref, q.resolution_note, q.resolution_by, q.resolved_at, q.resolution_effect, q.scope_hash, \
+     q.resource, q.attempts, q.last_attempt_at, q.last_error, q.last_evidence, q.resolution_evidence, q.critical";
 
-fn queue_from(row: &Row) -> Result<QueueItem> {
+pub(crate) fn queue_from(row: &Row) -> Result<QueueItem> {
     let kind = row.text(1)?;
     let status = row.text(2)?;
     let proposed = row.text(19)?;
@@ -1067,6 +1079,13 @@ fn queue_from(row: &Row) -> Result<QueueItem> {
         reason: row.text(20)?,
         created_at: from_ms(row.int(21)?)?,
         resolution,
+        resource: row.opt_text(29)?,
+        reconcile_attempts: row.int(30)?.max(0) as u64,
+        last_attempt_at: row.opt_int(31)?.map(from_ms).transpose()?,
+        last_error: row.opt_text(32)?,
+        last_evidence: row.opt_text(33)?,
+        resolution_evidence: row.opt_text(34)?,
+        critical: row.boolean(35)?,
     })
 }
 
@@ -1109,6 +1128,7 @@ pub(crate) async fn resolve<T: Tx + Send>(
     })?;
     let item = queue_from(row)?;
     let scope_hash = row.opt_text(28)?;
+    let (resource, critical) = (item.resource.clone(), item.critical);
     if item.status == QueueStatus::Resolved {
         return Err(StoreError::Conflict(format!(
             "queue item {id} is already resolved"
@@ -1172,6 +1192,8 @@ pub(crate) async fn resolve<T: Tx + Send>(
                 first_delivery: &item.delivery,
                 queue_item: Some(id),
                 now,
+                resource: resource.as_deref(),
+                critical,
             });
             tx.exec_all(&[
                 insert,
@@ -1198,7 +1220,7 @@ pub(crate) async fn resolve<T: Tx + Send>(
 // ---------------------------------------------------------------------------------------------
 // Report
 
-type Group = (String, String, Option<String>);
+type Group = (String, String, String, Option<String>);
 
 pub(crate) async fn report<T: Tx + Send>(
     tx: &mut T,
@@ -1206,11 +1228,12 @@ pub(crate) async fn report<T: Tx + Send>(
     since: OffsetDateTime,
 ) -> Result<Report> {
     let mut groups: BTreeMap<Group, ReportCounts> = BTreeMap::new();
-    let group = |r: &Row| -> Result<Group> { Ok((r.text(0)?, r.text(1)?, r.opt_text(2)?)) };
+    let group =
+        |r: &Row| -> Result<Group> { Ok((r.text(0)?, r.text(1)?, r.text(2)?, r.opt_text(3)?)) };
     let count = |r: &Row, i: usize| -> Result<u64> { Ok(r.int(i)?.max(0) as u64) };
 
     let mut q = Query::new(
-        "SELECT d.provider, d.env, d.event_type, COUNT(*), \
+        "SELECT d.tenant, d.provider, d.env, d.event_type, COUNT(*), \
          COUNT(CASE WHEN p.action = 'reject' THEN 1 END), \
          COUNT(CASE WHEN p.action = 'process' THEN 1 END), \
          COUNT(CASE WHEN p.action = 'ignore' AND p.layer = 'transport' THEN 1 END), \
@@ -1222,36 +1245,36 @@ pub(crate) async fn report<T: Tx + Send>(
     let p = q.bind(int(ms(since)));
     q.push(&format!(" AND d.received_at >= {p}"));
     q.tenants("d.tenant", tenants);
-    q.push(" GROUP BY d.provider, d.env, d.event_type");
+    q.push(" GROUP BY d.tenant, d.provider, d.env, d.event_type");
     for r in tx.query(&q.sql, &q.params).await? {
         let c = groups.entry(group(&r)?).or_default();
-        c.received = count(&r, 3)?;
-        c.rejected = count(&r, 4)?;
-        c.processed = count(&r, 5)?;
-        c.ignored_transport = count(&r, 6)?;
-        c.ignored_effect = count(&r, 7)?;
-        c.quarantined = count(&r, 8)?;
+        c.received = count(&r, 4)?;
+        c.rejected = count(&r, 5)?;
+        c.processed = count(&r, 6)?;
+        c.ignored_transport = count(&r, 7)?;
+        c.ignored_effect = count(&r, 8)?;
+        c.quarantined = count(&r, 9)?;
         c.collisions = c.quarantined;
-        c.reconcile = count(&r, 9)?;
+        c.reconcile = count(&r, 10)?;
     }
 
     let mut q = Query::new(
-        "SELECT q.provider, q.env, q.event_type, \
+        "SELECT q.tenant, q.provider, q.env, q.event_type, \
          COUNT(CASE WHEN q.status = 'open' THEN 1 END), COUNT(CASE WHEN q.status = 'resolved' THEN 1 END) \
          FROM queue_items q WHERE q.kind = 'reconcile'",
     );
     let p = q.bind(int(ms(since)));
     q.push(&format!(" AND q.created_at >= {p}"));
     q.tenants("q.tenant", tenants);
-    q.push(" GROUP BY q.provider, q.env, q.event_type");
+    q.push(" GROUP BY q.tenant, q.provider, q.env, q.event_type");
     for r in tx.query(&q.sql, &q.params).await? {
         let c = groups.entry(group(&r)?).or_default();
-        c.reconcile_pending = count(&r, 3)?;
-        c.reconcile_resolved = count(&r, 4)?;
+        c.reconcile_pending = count(&r, 4)?;
+        c.reconcile_resolved = count(&r, 5)?;
     }
 
     let mut q = Query::new(
-        "SELECT e.provider, e.env, e.event_type, \
+        "SELECT e.tenant, e.provider, e.env, e.event_type, \
          COUNT(CASE WHEN e.state = 'completed' THEN 1 END), \
          COUNT(CASE WHEN e.state IN ('failed', 'failed_retryable') THEN 1 END), \
          COUNT(CASE WHEN e.state = 'unknown' THEN 1 END) \
@@ -1260,21 +1283,29 @@ pub(crate) async fn report<T: Tx + Send>(
     let p = q.bind(int(ms(since)));
     q.push(&format!(" AND e.created_at >= {p}"));
     q.tenants("e.tenant", tenants);
-    q.push(" GROUP BY e.provider, e.env, e.event_type");
+    q.push(" GROUP BY e.tenant, e.provider, e.env, e.event_type");
     for r in tx.query(&q.sql, &q.params).await? {
         let c = groups.entry(group(&r)?).or_default();
-        c.effects_completed = count(&r, 3)?;
-        c.effects_failed = count(&r, 4)?;
-        c.effects_unknown = count(&r, 5)?;
+        c.effects_completed = count(&r, 4)?;
+        c.effects_failed = count(&r, 5)?;
+        c.effects_unknown = count(&r, 6)?;
+    }
+
+    for (g, n) in crate::reconciliation::missing_counts(tx, tenants, since).await? {
+        groups.entry(g).or_default().missing_at_source_check = n;
+    }
+    for (g, n) in crate::shadow::report_counts(tx, tenants, since).await? {
+        groups.entry(g).or_default().shadow_disagreements = n;
     }
 
     let mut total = ReportCounts::default();
     let rows = groups
         .into_iter()
-        .map(|((provider, env, event_type), counts)| {
+        .map(|((tenant, provider, env, event_type), counts)| {
             let counts = counts.with_gap();
             total.add(&counts);
             ReportRow {
+                tenant,
                 provider,
                 env,
                 event_type,
@@ -1343,5 +1374,16 @@ pub(crate) async fn purge<T: Tx + Send>(
             cut,
         )
         .await?;
+    let kept = tx
+        .query(
+            "SELECT COUNT(*) FROM effects e WHERE e.durable = TRUE \
+             AND NOT EXISTS (SELECT 1 FROM links l WHERE l.effect_id = e.id)",
+            &[],
+        )
+        .await?;
+    counts.durable_identities_kept = match kept.first() {
+        Some(row) => row.int(0)?.max(0) as u64,
+        None => 0,
+    };
     Ok(counts)
 }

@@ -228,12 +228,13 @@ pub(crate) fn differences(
         .collect()
 }
 
-/// The delivery a decision points back to: the earlier packet for a transport-layer ignore,
-/// else the first delivery of the existing effect, else the earlier packet if any.
-pub(crate) fn reference_delivery(view: &PriorView, decision: &Decision) -> Option<DeliveryId> {
-    if decision.layer == Some(Layer::Transport) && view.transport_reference.is_some() {
-        return view.transport_reference.clone();
-    }
+/// The delivery a decision points back to: the first delivery of the existing effect, else
+/// the earlier packet with the same transport key if any.
+///
+/// A transport-layer ignore points at the effect's first delivery too, not at the earliest
+/// journaled packet with the same delivery id: under concurrency that packet can be another
+/// retry that was itself ignored, and the proof should name the delivery whose effect it is.
+pub(crate) fn reference_delivery(view: &PriorView) -> Option<DeliveryId> {
     view.effect
         .as_ref()
         .map(|e| e.first_delivery.clone())

@@ -36,6 +36,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::NoTls;
 
+use crate::breaker::{self, Breaker, BreakerRecord, BreakerRule, BreakerScope};
 use crate::codes::{ms, new_id};
 use crate::decision::{DecideOutcome, DecideRequest, ProofRecord};
 use crate::delivery::{
@@ -45,6 +46,7 @@ use crate::effect::{Claim, EffectRecord};
 use crate::error::StoreError;
 use crate::operations::{self, Attempt};
 use crate::queue::{QueueFilter, QueueItem, Resolution};
+use crate::reconciliation::{self, MissingOperation, ReconcileAttempt, ResourceScope};
 use crate::report::Report;
 use crate::retention::{PurgeCounts, PurgePolicy};
 use crate::schema;
@@ -128,10 +130,10 @@ async fn migrate_with(client: &mut deadpool_postgres::Object) -> Result<()> {
         .await
         .map_err(pg_err)?;
     let current: i64 = row.try_get(0).map_err(pg_err)?;
-    if current > schema::KNOWN_VERSION {
+    if current > schema::known_version() {
         return Err(StoreError::SchemaTooNew {
             found: current,
-            known: schema::KNOWN_VERSION,
+            known: schema::known_version(),
         });
     }
     for (version, sql) in schema::postgres() {
@@ -494,6 +496,70 @@ impl Store for PgStore {
             .await)
     }
 
+    async fn resource_effects(&self, scope: &ResourceScope) -> Result<Vec<EffectRecord>> {
+        transaction!(self, true, |tx| reconciliation::resource_effects(
+            &mut tx, scope
+        )
+        .await)
+    }
+
+    async fn open_reconcile_items(&self, limit: u32) -> Result<Vec<QueueItem>> {
+        transaction!(self, true, |tx| reconciliation::open_reconcile_items(
+            &mut tx, limit
+        )
+        .await)
+    }
+
+    async fn record_reconcile_attempt(
+        &self,
+        item: &QueueItemId,
+        attempt: ReconcileAttempt,
+    ) -> Result<QueueItem> {
+        transaction!(self, true, |tx| reconciliation::record_attempt(
+            &mut tx, item, &attempt
+        )
+        .await)
+    }
+
+    async fn resolve_with_evidence(
+        &self,
+        item: &QueueItemId,
+        resolution: Resolution,
+        evidence: &str,
+    ) -> Result<QueueItem> {
+        transaction!(self, true, |tx| reconciliation::resolve_with_evidence(
+            &mut tx,
+            item,
+            &resolution,
+            evidence
+        )
+        .await)
+    }
+
+    async fn resources_seen(
+        &self,
+        provider: &str,
+        event_type: &str,
+        since: OffsetDateTime,
+    ) -> Result<Vec<ResourceScope>> {
+        transaction!(self, true, |tx| reconciliation::resources_seen(
+            &mut tx, provider, event_type, since
+        )
+        .await)
+    }
+
+    async fn record_missing(
+        &self,
+        scope: &ResourceScope,
+        missing: &[MissingOperation],
+        now: OffsetDateTime,
+    ) -> Result<u64> {
+        transaction!(self, true, |tx| reconciliation::record_missing(
+            &mut tx, scope, missing, now
+        )
+        .await)
+    }
+
     async fn purge(
         &self,
         policy: &PurgePolicy,
@@ -502,5 +568,80 @@ impl Store for PgStore {
     ) -> Result<PurgeCounts> {
         transaction!(self, !dry_run, |tx| operations::purge(&mut tx, policy, now)
             .await)
+    }
+
+    async fn breaker_record(
+        &self,
+        scope: &BreakerScope,
+        collision: bool,
+        rule: &BreakerRule,
+        now: OffsetDateTime,
+    ) -> Result<BreakerRecord> {
+        transaction!(self, true, |tx| breaker::record(
+            &mut tx, scope, collision, rule, now
+        )
+        .await)
+    }
+
+    async fn breaker(
+        &self,
+        scope: &BreakerScope,
+        rule: &BreakerRule,
+        now: OffsetDateTime,
+    ) -> Result<Breaker> {
+        transaction!(self, true, |tx| breaker::read(&mut tx, scope, rule, now)
+            .await)
+    }
+
+    async fn breakers(&self, rule: &BreakerRule, now: OffsetDateTime) -> Result<Vec<Breaker>> {
+        transaction!(self, true, |tx| breaker::list(&mut tx, rule, now).await)
+    }
+
+    async fn breaker_close(
+        &self,
+        scope: &BreakerScope,
+        note: &str,
+        by: &str,
+        now: OffsetDateTime,
+    ) -> Result<Breaker> {
+        transaction!(self, true, |tx| breaker::close(
+            &mut tx, scope, note, by, now
+        )
+        .await)
+    }
+
+    async fn migration_sources(&self) -> Result<Vec<crate::alias::MigrationSource>> {
+        transaction!(self, true, |tx| crate::alias::migration_sources(&mut tx)
+            .await)
+    }
+
+    async fn record_alias(&self, alias: &crate::alias::NewAlias) -> Result<bool> {
+        transaction!(self, true, |tx| crate::alias::record_alias(&mut tx, alias)
+            .await)
+    }
+
+    async fn shadow_observe(
+        &self,
+        observation: &crate::shadow::ShadowObservation,
+    ) -> Result<Option<crate::shadow::ShadowPrior>> {
+        transaction!(self, true, |tx| crate::shadow::observe(
+            &mut tx,
+            observation
+        )
+        .await)
+    }
+
+    async fn shadow_disagreement(&self, d: &crate::shadow::ShadowDisagreement) -> Result<()> {
+        transaction!(self, true, |tx| crate::shadow::record_disagreement(
+            &mut tx, d
+        )
+        .await)
+    }
+
+    async fn shadow_counts(
+        &self,
+        since: OffsetDateTime,
+    ) -> Result<Vec<crate::shadow::ShadowCount>> {
+        transaction!(self, true, |tx| crate::shadow::counts(&mut tx, since).await)
     }
 }

@@ -162,6 +162,19 @@ pub struct QueueItem {
     pub reason: String,
     pub created_at: OffsetDateTime,
     pub resolution: Option<ResolutionRecord>,
+    /// The resource the delivery is about, carried to a released effect.
+    pub resource: Option<String>,
+    /// The type's criticality, carried to a released effect.
+    pub critical: bool,
+    /// How many times the reconciler asked the authority about this item.
+    pub reconcile_attempts: u64,
+    pub last_attempt_at: Option<OffsetDateTime>,
+    /// Why the last attempt did not settle the item (no authority, an error, inconclusive).
+    pub last_error: Option<String>,
+    /// What the authority answered at the last attempt (JSON text, sensitive values masked).
+    pub last_evidence: Option<String>,
+    /// The evidence a reconciler resolution was based on (JSON text).
+    pub resolution_evidence: Option<String>,
 }
 
 /// A queue listing, oldest first (the queue is worked in arrival order).

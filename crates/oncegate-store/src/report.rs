@@ -1,5 +1,5 @@
-//! The report: received deliveries side by side with what became of them, per provider,
-//! environment and type, and the unexplained gap that must be zero.
+//! The report: received deliveries side by side with what became of them, per tenant,
+//! provider, environment and type, and the unexplained gap that must be zero.
 
 use time::OffsetDateTime;
 
@@ -22,6 +22,12 @@ pub struct ReportCounts {
     pub effects_unknown: u64,
     /// Key matches whose discriminants differed (the quarantines).
     pub collisions: u64,
+    /// Operations the authority lists for resources seen recently that have no local effect
+    /// (the invisible-losses sweep); not part of the gap, which counts deliveries.
+    pub missing_at_source_check: u64,
+    /// Deliveries for which a shadow strategy would have decided otherwise (not part of the
+    /// gap: shadows never act).
+    pub shadow_disagreements: u64,
     /// received − (rejected + processed + ignored + quarantined + reconcile): deliveries
     /// journaled without a documented outcome. Must be zero.
     pub unexplained_gap: i64,
@@ -54,12 +60,15 @@ impl ReportCounts {
         self.effects_failed += other.effects_failed;
         self.effects_unknown += other.effects_unknown;
         self.collisions += other.collisions;
+        self.missing_at_source_check += other.missing_at_source_check;
+        self.shadow_disagreements += other.shadow_disagreements;
         self.unexplained_gap += other.unexplained_gap;
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportRow {
+    pub tenant: String,
     pub provider: String,
     pub env: String,
     /// `None` for deliveries rejected before their type was known.
@@ -70,7 +79,7 @@ pub struct ReportRow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
     pub since: OffsetDateTime,
-    /// Sorted by provider, env, type.
+    /// Sorted by tenant, provider, env, type.
     pub rows: Vec<ReportRow>,
     pub total: ReportCounts,
 }

@@ -27,4 +27,7 @@ pub struct PurgeCounts {
     pub effects: u64,
     /// Resolved queue items of purged deliveries.
     pub queue_items: u64,
+    /// Effects of durable types whose deliveries and proofs are all gone and whose identity is
+    /// kept regardless (what a late delivery of the same key still finds).
+    pub durable_identities_kept: u64,
 }

@@ -1,5 +1,5 @@
 //! The embedded migrations of both backends. Each is applied once, in order, at open, and
-//! recorded in `schema_version`; a database whose version is newer than `KNOWN_VERSION` is
+//! recorded in `schema_version`; a database whose version is newer than `known_version()` is
 //! refused rather than written to by an older binary.
 //!
 //! Conventions shared by both dialects, so a row reads the same everywhere: ids and enums are
@@ -8,8 +8,11 @@
 //! reserved, or released, effects), so the many settled effects never weigh on them. No foreign keys: purge removes rows in a fixed order instead, and
 //! distributed engines handle them with extra round trips we do not need.
 
-/// The highest schema version this binary knows.
-pub(crate) const KNOWN_VERSION: i64 = 1;
+/// The highest schema version this binary knows: the last migration's, so adding a migration
+/// is the only edit a new version needs.
+pub(crate) fn known_version() -> i64 {
+    sqlite().iter().map(|(v, _)| *v).max().unwrap_or(0)
+}
 
 /// The tables, identical in shape for both backends apart from the binary type name.
 fn tables(blob: &str) -> String {
@@ -153,10 +156,76 @@ pub(crate) const VERSION_TABLE: &str =
 
 /// SQLite migrations, by version.
 pub(crate) fn sqlite() -> Vec<(i64, String)> {
-    vec![(1, tables("BLOB"))]
+    vec![
+        (1, tables("BLOB")),
+        (2, reconciliation("")),
+        (3, crate::breaker::SCHEMA_V3.to_owned()),
+        (
+            4,
+            format!("{}{}", crate::alias::SCHEMA_V4, crate::shadow::SCHEMA_V4),
+        ),
+    ]
 }
 
 /// PostgreSQL migrations, by version.
 pub(crate) fn postgres() -> Vec<(i64, String)> {
-    vec![(1, tables("BYTEA"))]
+    vec![
+        (1, tables("BYTEA")),
+        (2, reconciliation("IF NOT EXISTS ")),
+        (3, crate::breaker::SCHEMA_V3.to_owned()),
+        (
+            4,
+            format!("{}{}", crate::alias::SCHEMA_V4, crate::shadow::SCHEMA_V4),
+        ),
+    ]
+}
+
+/// Version 2: reconciliation. Effects learn their resource and criticality (what the
+/// reconciler matches on, and what an expired lease turns into); queue items keep their last
+/// reconciliation attempt and the evidence of their resolution; the invisible-losses sweep
+/// keeps the authority operations it found without a local effect.
+///
+/// SQLite has no `ADD COLUMN IF NOT EXISTS`, but the whole migration runs in the same
+/// transaction as its `schema_version` row, so it is applied exactly once. PostgreSQL (and
+/// CockroachDB / YugabyteDB) get `if_not_exists`, so a migration racing a sibling instance is
+/// harmless. Existing effects read as critical: an old reservation that expires is verified,
+/// never re-run.
+fn reconciliation(if_not_exists: &str) -> String {
+    let add = |table: &str, column: &str| {
+        format!("ALTER TABLE {table} ADD COLUMN {if_not_exists}{column};\n")
+    };
+    let mut sql = String::new();
+    for (table, column) in [
+        ("effects", "resource TEXT"),
+        ("effects", "critical BOOLEAN NOT NULL DEFAULT TRUE"),
+        ("queue_items", "resource TEXT"),
+        ("queue_items", "critical BOOLEAN NOT NULL DEFAULT TRUE"),
+        ("queue_items", "attempts BIGINT NOT NULL DEFAULT 0"),
+        ("queue_items", "last_attempt_at BIGINT"),
+        ("queue_items", "last_error TEXT"),
+        ("queue_items", "last_evidence TEXT"),
+        ("queue_items", "resolution_evidence TEXT"),
+    ] {
+        sql.push_str(&add(table, column));
+    }
+    sql.push_str(
+        r#"
+CREATE INDEX IF NOT EXISTS effects_resource ON effects (tenant, provider, env, event_type, resource);
+CREATE TABLE IF NOT EXISTS missing_operations (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    env TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    resource TEXT NOT NULL,
+    reference TEXT NOT NULL,
+    discriminants TEXT NOT NULL,
+    first_seen_at BIGINT NOT NULL,
+    last_seen_at BIGINT NOT NULL,
+    settled_at BIGINT
+);
+CREATE INDEX IF NOT EXISTS missing_operations_seen ON missing_operations (first_seen_at);
+"#,
+    );
+    sql
 }

@@ -32,6 +32,7 @@ use rusqlite::{Connection, ErrorCode, ToSql};
 use time::{Duration, OffsetDateTime};
 use tokio::sync::oneshot;
 
+use crate::breaker::{self, Breaker, BreakerRecord, BreakerRule, BreakerScope};
 use crate::codes::{ms, new_id};
 use crate::decision::{DecideOutcome, DecideRequest, ProofRecord};
 use crate::delivery::{
@@ -42,6 +43,7 @@ use crate::error::StoreError;
 use crate::operations::{self, Attempt};
 use crate::plan::MAX_ATTEMPTS;
 use crate::queue::{QueueFilter, QueueItem, Resolution};
+use crate::reconciliation::{self, MissingOperation, ReconcileAttempt, ResourceScope};
 use crate::report::Report;
 use crate::retention::{PurgeCounts, PurgePolicy};
 use crate::schema;
@@ -225,10 +227,10 @@ fn migrate(conn: &mut Connection) -> Result<()> {
             |r| r.get(0),
         )
         .map_err(sqlite_err)?;
-    if current > schema::KNOWN_VERSION {
+    if current > schema::known_version() {
         return Err(StoreError::SchemaTooNew {
             found: current,
-            known: schema::KNOWN_VERSION,
+            known: schema::known_version(),
         });
     }
     for (version, sql) in schema::sqlite() {
@@ -673,6 +675,78 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn resource_effects(&self, scope: &ResourceScope) -> Result<Vec<EffectRecord>> {
+        let scope = scope.clone();
+        self.read(move |tx| now_or_never(reconciliation::resource_effects(tx, &scope)))
+            .await
+    }
+
+    async fn open_reconcile_items(&self, limit: u32) -> Result<Vec<QueueItem>> {
+        self.read(move |tx| now_or_never(reconciliation::open_reconcile_items(tx, limit)))
+            .await
+    }
+
+    async fn record_reconcile_attempt(
+        &self,
+        item: &QueueItemId,
+        attempt: ReconcileAttempt,
+    ) -> Result<QueueItem> {
+        let item = item.clone();
+        self.write(true, move |tx| {
+            now_or_never(reconciliation::record_attempt(tx, &item, &attempt))
+        })
+        .await
+    }
+
+    async fn resolve_with_evidence(
+        &self,
+        item: &QueueItemId,
+        resolution: Resolution,
+        evidence: &str,
+    ) -> Result<QueueItem> {
+        let (item, evidence) = (item.clone(), evidence.to_owned());
+        self.write(true, move |tx| {
+            now_or_never(reconciliation::resolve_with_evidence(
+                tx,
+                &item,
+                &resolution,
+                &evidence,
+            ))
+        })
+        .await
+    }
+
+    async fn resources_seen(
+        &self,
+        provider: &str,
+        event_type: &str,
+        since: OffsetDateTime,
+    ) -> Result<Vec<ResourceScope>> {
+        let (provider, event_type) = (provider.to_owned(), event_type.to_owned());
+        self.read(move |tx| {
+            now_or_never(reconciliation::resources_seen(
+                tx,
+                &provider,
+                &event_type,
+                since,
+            ))
+        })
+        .await
+    }
+
+    async fn record_missing(
+        &self,
+        scope: &ResourceScope,
+        missing: &[MissingOperation],
+        now: OffsetDateTime,
+    ) -> Result<u64> {
+        let (scope, missing) = (scope.clone(), missing.to_vec());
+        self.write(true, move |tx| {
+            now_or_never(reconciliation::record_missing(tx, &scope, &missing, now))
+        })
+        .await
+    }
+
     async fn purge(
         &self,
         policy: &PurgePolicy,
@@ -684,5 +758,88 @@ impl Store for SqliteStore {
             now_or_never(operations::purge(tx, &policy, now))
         })
         .await
+    }
+
+    async fn breaker_record(
+        &self,
+        scope: &BreakerScope,
+        collision: bool,
+        rule: &BreakerRule,
+        now: OffsetDateTime,
+    ) -> Result<BreakerRecord> {
+        let (scope, rule) = (scope.clone(), *rule);
+        self.write(true, move |tx| {
+            now_or_never(breaker::record(tx, &scope, collision, &rule, now))
+        })
+        .await
+    }
+
+    async fn breaker(
+        &self,
+        scope: &BreakerScope,
+        rule: &BreakerRule,
+        now: OffsetDateTime,
+    ) -> Result<Breaker> {
+        let (scope, rule) = (scope.clone(), *rule);
+        self.read(move |tx| now_or_never(breaker::read(tx, &scope, &rule, now)))
+            .await
+    }
+
+    async fn breakers(&self, rule: &BreakerRule, now: OffsetDateTime) -> Result<Vec<Breaker>> {
+        let rule = *rule;
+        self.read(move |tx| now_or_never(breaker::list(tx, &rule, now)))
+            .await
+    }
+
+    async fn breaker_close(
+        &self,
+        scope: &BreakerScope,
+        note: &str,
+        by: &str,
+        now: OffsetDateTime,
+    ) -> Result<Breaker> {
+        let (scope, note, by) = (scope.clone(), note.to_owned(), by.to_owned());
+        self.write(true, move |tx| {
+            now_or_never(breaker::close(tx, &scope, &note, &by, now))
+        })
+        .await
+    }
+
+    async fn migration_sources(&self) -> Result<Vec<crate::alias::MigrationSource>> {
+        self.read(move |tx| now_or_never(crate::alias::migration_sources(tx)))
+            .await
+    }
+
+    async fn record_alias(&self, alias: &crate::alias::NewAlias) -> Result<bool> {
+        let alias = alias.clone();
+        self.write(true, move |tx| {
+            now_or_never(crate::alias::record_alias(tx, &alias))
+        })
+        .await
+    }
+
+    async fn shadow_observe(
+        &self,
+        observation: &crate::shadow::ShadowObservation,
+    ) -> Result<Option<crate::shadow::ShadowPrior>> {
+        let o = observation.clone();
+        self.write(true, move |tx| now_or_never(crate::shadow::observe(tx, &o)))
+            .await
+    }
+
+    async fn shadow_disagreement(&self, d: &crate::shadow::ShadowDisagreement) -> Result<()> {
+        let d = d.clone();
+        self.write(true, move |tx| {
+            now_or_never(crate::shadow::record_disagreement(tx, &d))
+        })
+        .await
+    }
+
+    async fn shadow_counts(
+        &self,
+        since: OffsetDateTime,
+    ) -> Result<Vec<crate::shadow::ShadowCount>> {
+        self.read(move |tx| now_or_never(crate::shadow::counts(tx, since)))
+            .await
     }
 }

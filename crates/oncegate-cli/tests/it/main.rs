@@ -1,4 +1,9 @@
 //! The `oncegate` command end to end: the real binary, real files, real stdin.
 
+mod corpus;
+mod migrate;
+mod reconcile;
+mod safety;
 mod serve;
+mod shadow;
 mod tools;

@@ -178,8 +178,12 @@ fn demo_tells_the_story_and_ends_with_a_zero_gap() {
         "the second refund is held, not dropped:\n{stdout}"
     );
     assert!(
-        stdout.contains("resolved distinct (authoritative ref re_3Kd8)"),
-        "{stdout}"
+        stdout.contains("resolved distinct (authoritative ref re_3Kd8) by the reconciler"),
+        "the reconciler settles the second refund against the authority:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("resolved duplicate (authoritative ref re_1Fa2) by the reconciler"),
+        "the retry of the first refund is recognized:\n{stdout}"
     );
     assert!(
         stdout.contains("skipped    refund-request-ref@1: field /data/request_ref is absent"),

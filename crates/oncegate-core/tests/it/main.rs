@@ -5,3 +5,4 @@ mod contract;
 mod identity;
 mod json_suite;
 mod matrix;
+mod shadow;

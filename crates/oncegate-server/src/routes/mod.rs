@@ -14,10 +14,12 @@ use crate::error::ApiError;
 use crate::ingest;
 use crate::state::AppState;
 
+mod breakers;
 mod effects;
 mod health;
 mod proof;
 mod queue;
+mod replay;
 mod report;
 mod work;
 
@@ -28,6 +30,7 @@ pub(crate) fn router(state: AppState) -> Router {
             post(ingest::post_delivery),
         )
         .route("/v1/deliveries/{delivery_id}", get(proof::get_proof))
+        .route("/v1/deliveries/{delivery_id}/replay", post(replay::replay))
         .route("/v1/effects/{effect_id}/complete", post(effects::complete))
         .route("/v1/effects/{effect_id}/fail", post(effects::fail))
         .route(
@@ -38,6 +41,8 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/queue/{delivery_id}/resolve", post(queue::resolve))
         .route("/v1/work/claim", post(work::claim))
         .route("/v1/report", get(report::report))
+        .route("/v1/breakers", get(breakers::list))
+        .route("/v1/breakers/close", post(breakers::close))
         .route("/metrics", get(health::metrics))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

@@ -130,6 +130,7 @@ pub(crate) async fn get_proof(
         rule: proof.rule.clone(),
         event_type: proof.event_type.clone().or(delivery.event_type.clone()),
         queue_item_id: proof.queue_item.as_ref().map(ToString::to_string),
+        shadow: crate::shadow::differing(&details.shadow, proof.action.as_str()),
     };
     Ok(Json(ProofBody {
         decision,

@@ -38,6 +38,11 @@ pub(crate) fn item_body(item: &QueueItem, now: OffsetDateTime) -> QueueItemBody 
         reason: item.reason.clone(),
         existing_effect_id: item.existing_effect.as_ref().map(ToString::to_string),
         resolution: item.resolution.as_ref().map(resolution_body),
+        last_attempt_at: item.last_attempt_at,
+        last_error: item.last_error.clone(),
+        reconcile_attempts: item.reconcile_attempts,
+        last_evidence: item.last_evidence.as_deref().map(wire::raw_json),
+        resolution_evidence: item.resolution_evidence.as_deref().map(wire::raw_json),
     }
 }
 

@@ -7,6 +7,8 @@ mod effects;
 mod harness;
 mod limits;
 mod operations;
+mod reconcile;
+mod safety;
 
 /// Instantiates each scenario once per backend, as `sqlite::<name>` and `postgres::<name>`.
 macro_rules! both_backends {
@@ -47,6 +49,16 @@ both_backends!(
     limits::json_test_suite_n_files_are_refused_in_the_error_shape,
     limits::body_and_depth_limits_are_enforced,
     limits::shutdown_lets_in_flight_deliveries_finish,
+    safety::the_breaker_opens_past_its_threshold_and_closes_only_by_an_operator,
+    safety::the_breaker_waits_for_its_minimum_sample,
+    safety::a_late_replay_finds_the_result_through_the_proof,
+    safety::a_replay_after_the_payload_purge_asks_for_approval,
+    reconcile::the_authority_releases_the_second_refund_and_recognizes_retries,
+    reconcile::a_dead_authority_leaves_the_item_open_and_never_slows_ingestion,
+    reconcile::the_worker_in_serve_reconciles_and_counts_attempts,
+    reconcile::expired_leases_verify_critical_and_release_reversible,
+    reconcile::the_sweep_reports_operations_with_no_local_effect,
+    reconcile::the_worker_publishes_missing_effects,
 );
 
 /// The store going away is exercised on PostgreSQL, where it can really go away under a

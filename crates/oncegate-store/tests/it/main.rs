@@ -3,8 +3,12 @@
 //! Decisions use the real decision matrix of `oncegate-core`, fed from the store's view, so
 //! the suite checks the store the way the service will use it. Time is passed in, never read.
 
+mod aliases;
 mod harness;
+mod reconciliation;
+mod safety;
 mod scenarios;
+mod shadows;
 
 /// Instantiates each scenario once per backend, as `sqlite::<name>` and `postgres::<name>`.
 macro_rules! conformance {
@@ -52,3 +56,67 @@ conformance!(
     possible_duplicates_get_their_own_effect,
     misuse_gets_typed_errors,
 );
+
+/// Like `conformance!`, for the scenarios of another module: instantiates each as
+/// `sqlite::<name>` and `postgres::<name>` inside the module it is invoked in.
+macro_rules! conformance_of {
+    ($module:ident; $($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let backend = crate::harness::Backend::sqlite().await;
+                    crate::$module::$name(&backend).await;
+                    backend.cleanup().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let backend = crate::harness::Backend::postgres().await;
+                    crate::$module::$name(&backend).await;
+                    backend.cleanup().await;
+                }
+            )*
+        }
+    };
+}
+
+/// Reconciliation (schema v2), as `reconciliation_on::{sqlite,postgres}::<name>`.
+mod reconciliation_on {
+    conformance_of!(
+        reconciliation;
+        effects_are_listed_by_resource,
+        expired_leases_verify_critical_and_release_reversible,
+        attempts_and_evidence_are_recorded,
+        a_verified_unknown_outcome_is_completed_not_rerun,
+        missing_operations_reach_the_report,
+        items_that_keep_failing_go_to_the_back,
+    );
+}
+
+/// The safety nets (schema v3) and report/proof details, as `safety_on::{sqlite,postgres}::<name>`.
+mod safety_on {
+    conformance_of!(
+        safety;
+        the_breaker_opens_once_past_the_threshold_and_an_operator_closes_it,
+        old_matches_leave_the_breaker_window,
+        a_transport_ignore_points_at_the_effects_first_delivery,
+        report_rows_are_per_tenant,
+    );
+}
+
+/// Key aliases for a versioned cut-over (schema v4), as `aliases_on::{sqlite,postgres}::<name>`.
+mod aliases_on {
+    conformance_of!(aliases; an_aliased_key_finds_the_old_effect);
+}
+
+/// Shadow strategies' index and disagreements (schema v4), as `shadows_on::{sqlite,postgres}::<name>`.
+mod shadows_on {
+    conformance_of!(
+        shadows;
+        a_shadow_key_remembers_its_first_delivery_until_it_expires
+    );
+}

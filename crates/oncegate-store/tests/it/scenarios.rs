@@ -138,6 +138,8 @@ fn request(delivery: &DeliveryId, key: Option<EffectKey>, now: OffsetDateTime) -
         lease: LEASE,
         details_json: r#"{"skipped":[]}"#.to_owned(),
         now,
+        resource: Some("pay_1".to_owned()),
+        critical: true,
     }
 }
 
@@ -704,6 +706,10 @@ pub async fn purge_keeps_proofs_and_durable_identities(b: &Backend) {
     let much_later = t0() + Duration::days(40);
     let gone = store.purge(&policy, much_later, false).await.unwrap();
     assert_eq!((gone.proofs, gone.deliveries, gone.effects), (3, 3, 1));
+    assert_eq!(
+        gone.durable_identities_kept, 1,
+        "the ledger identity outlives its proof"
+    );
     assert!(store.proof(&dd).await.unwrap().is_none());
     assert!(store.delivery(&dd).await.unwrap().is_none());
     assert!(

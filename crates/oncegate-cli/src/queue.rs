@@ -1,0 +1,405 @@
+//! `oncegate queue list|show|resolve`: the ambiguity queue worked from a terminal, straight on
+//! the store. `resolve` follows the same rules as `POST /v1/queue/{delivery_id}/resolve`: the
+//! item is found through the delivery's proof, an item is resolved once, and `distinct`
+//! releases a claimable effect carrying the authoritative reference.
+
+use anyhow::{anyhow, bail, Result};
+use comfy_table::{presets::UTF8_FULL, ContentArrangement, Table};
+use oncegate_core::ids::DeliveryId;
+use oncegate_store::{
+    DeliveryRecord, QueueFilter, QueueItem, QueueKind, QueueStatus, Resolution, ResolutionOutcome,
+    Store,
+};
+use std::fmt::Write as _;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+fn when(t: OffsetDateTime) -> String {
+    t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
+}
+
+/// Payloads are shown up to this many bytes each, so a huge body cannot flood the terminal.
+const PAYLOAD_SHOWN: usize = 4096;
+
+pub async fn list(
+    store: &dyn Store,
+    kind: Option<&str>,
+    status: Option<&str>,
+    limit: u32,
+) -> Result<String> {
+    let kind = match kind {
+        None | Some("all") => None,
+        Some(k) => Some(
+            QueueKind::parse(k)
+                .ok_or_else(|| anyhow!("--kind {k:?} is not quarantine, reconcile or all"))?,
+        ),
+    };
+    let status = match status {
+        None | Some("open") => Some(QueueStatus::Open),
+        Some("all") => None,
+        Some(s) => Some(
+            QueueStatus::parse(s)
+                .ok_or_else(|| anyhow!("--status {s:?} is not open, resolved or all"))?,
+        ),
+    };
+    let filter = QueueFilter {
+        status,
+        kind,
+        limit,
+        ..QueueFilter::default()
+    };
+    let items = store.queue_list(&filter).await?;
+    if items.is_empty() {
+        return Ok("the queue has no item matching this filter\n".to_owned());
+    }
+    let now = OffsetDateTime::now_utc();
+    let mut table = Table::new();
+    table
+        .load_preset(UTF8_FULL)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header([
+            "delivery",
+            "kind",
+            "status",
+            "tenant/provider/env/type",
+            "age",
+            "proposed",
+            "reference",
+        ]);
+    for i in &items {
+        table.add_row([
+            i.delivery.to_string(),
+            i.kind.as_str().to_owned(),
+            i.status.as_str().to_owned(),
+            format!(
+                "{}/{}/{}/{}",
+                i.tenant,
+                i.provider,
+                i.env,
+                i.event_type.as_deref().unwrap_or("(unknown)")
+            ),
+            age(now - i.created_at),
+            i.proposed.as_str().to_owned(),
+            i.first_delivery
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_else(|| "-".to_owned()),
+        ]);
+    }
+    Ok(format!("{table}\n{} item(s)\n", items.len()))
+}
+
+fn age(d: time::Duration) -> String {
+    let s = d.whole_seconds().max(0);
+    match s {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+/// The queue item of a delivery, found through its proof as the API does.
+async fn item_of(store: &dyn Store, id: &DeliveryId) -> Result<QueueItem> {
+    let proof = match store.proof(id).await? {
+        Some(p) => p,
+        None if store.delivery(id).await?.is_some() => {
+            bail!("delivery {id} has no recorded decision, so nothing to resolve")
+        }
+        None => bail!("no delivery {id} in this store"),
+    };
+    let item = proof.queue_item.ok_or_else(|| {
+        anyhow!(
+            "delivery {id} was decided `{}`; it is not in the queue",
+            proof.action.as_str()
+        )
+    })?;
+    store
+        .queue_item(&item)
+        .await?
+        .ok_or_else(|| anyhow!("the queue item of delivery {id} is gone (purged)"))
+}
+
+fn parse_id(raw: &str) -> Result<DeliveryId> {
+    raw.parse()
+        .map_err(|e| anyhow!("{raw:?} is not a delivery id: {e}"))
+}
+
+fn payload_text(d: Option<&DeliveryRecord>) -> String {
+    match d.and_then(|d| d.payload.as_ref()) {
+        None => "(purged or never kept)".to_owned(),
+        Some(bytes) => {
+            let shown = &bytes[..bytes.len().min(PAYLOAD_SHOWN)];
+            let mut text = String::from_utf8_lossy(shown).into_owned();
+            // Pretty-printing makes two payloads comparable line by line; a body that is not
+            // JSON (it was accepted, so this is rare) is shown as received.
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(bytes) {
+                text = serde_json::to_string_pretty(&v).unwrap_or(text);
+            }
+            if bytes.len() > PAYLOAD_SHOWN && text.len() > PAYLOAD_SHOWN {
+                text.truncate(PAYLOAD_SHOWN);
+                text.push_str("\n… (truncated)");
+            }
+            text
+        }
+    }
+}
+
+pub async fn show(store: &dyn Store, raw: &str) -> Result<String> {
+    let id = parse_id(raw)?;
+    let item = item_of(store, &id).await?;
+    let delivery = store.delivery(&id).await?;
+    let reference = match &item.first_delivery {
+        Some(r) => store.delivery(r).await?,
+        None => None,
+    };
+    let mut out = String::new();
+    let w = &mut out;
+    writeln!(
+        w,
+        "queue item {} ({}, {})",
+        item.id,
+        item.kind.as_str(),
+        item.status.as_str()
+    )?;
+    writeln!(
+        w,
+        "  delivery   {id} from {}/{}/{} type {}, queued {}",
+        item.tenant,
+        item.provider,
+        item.env,
+        item.event_type.as_deref().unwrap_or("(unknown)"),
+        when(item.created_at)
+    )?;
+    match &item.first_delivery {
+        Some(r) => writeln!(
+            w,
+            "  reference  {r}{}",
+            reference
+                .as_ref()
+                .map(|d| format!(" received {}", when(d.received_at)))
+                .unwrap_or_else(|| " (purged)".to_owned())
+        )?,
+        None => writeln!(w, "  reference  none (no earlier effect with this key)")?,
+    }
+    if let Some(s) = &item.strategy {
+        writeln!(w, "  strategy   {}@{} level {}", s.name, s.version, s.level)?;
+    }
+    if let Some(k) = &item.key {
+        writeln!(w, "  key        {k}")?;
+    }
+    if let Some(e) = &item.existing_effect {
+        writeln!(w, "  effect     {e}")?;
+    }
+    writeln!(
+        w,
+        "  result     {}",
+        item.existing_result.as_deref().unwrap_or("(none recorded)")
+    )?;
+    writeln!(w, "  proposed   {}", item.proposed.as_str())?;
+    writeln!(w, "  reason     {}", item.reason)?;
+    if let Some(r) = &item.resolution {
+        writeln!(
+            w,
+            "  resolved   {} by {} at {}: {}{}",
+            r.resolution.outcome.as_str(),
+            r.resolution.by,
+            when(r.resolution.at),
+            r.resolution.note,
+            r.resolution
+                .authoritative_ref
+                .as_deref()
+                .map(|a| format!(" (authoritative ref {a})"))
+                .unwrap_or_default()
+        )?;
+        if let Some(e) = &r.effect {
+            writeln!(w, "  now        effect {e}")?;
+        }
+    }
+
+    writeln!(w, "\ndifferences (reference ↔ this delivery)")?;
+    let mut diff = Table::new();
+    diff.load_preset(UTF8_FULL)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(["field", "reference (existing)", "this delivery (incoming)"]);
+    if item.differences.is_empty() {
+        // No discriminant differs: show the ones the delivery carries, so the reviewer sees
+        // what agreed rather than an empty table.
+        for (field, value) in &item.discriminants {
+            diff.add_row([field.clone(), value.clone(), value.clone()]);
+        }
+    } else {
+        for d in &item.differences {
+            let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "(absent)".to_owned());
+            diff.add_row([d.field.clone(), show(&d.existing), show(&d.incoming)]);
+        }
+    }
+    writeln!(w, "{diff}")?;
+    if item.differences.is_empty() {
+        writeln!(w, "  (no discriminant differs)")?;
+    }
+
+    writeln!(w, "\npayloads side by side")?;
+    let mut payloads = Table::new();
+    payloads
+        .load_preset(UTF8_FULL)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header([
+            format!(
+                "reference {}",
+                item.first_delivery
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_else(|| "-".to_owned())
+            ),
+            format!("this delivery {id}"),
+        ]);
+    payloads.add_row([
+        if item.first_delivery.is_some() {
+            payload_text(reference.as_ref())
+        } else {
+            "(no reference delivery)".to_owned()
+        },
+        payload_text(delivery.as_ref()),
+    ]);
+    writeln!(w, "{payloads}")?;
+    Ok(out)
+}
+
+pub struct ResolveArgs<'a> {
+    pub delivery: &'a str,
+    pub outcome: &'a str,
+    pub authoritative_ref: Option<&'a str>,
+    pub note: &'a str,
+    pub by: &'a str,
+}
+
+pub async fn resolve(store: &dyn Store, a: ResolveArgs<'_>) -> Result<String> {
+    let id = parse_id(a.delivery)?;
+    let outcome = ResolutionOutcome::parse(a.outcome)
+        .ok_or_else(|| anyhow!("--outcome {:?} is not distinct or duplicate", a.outcome))?;
+    let by = a.by.trim();
+    if by.is_empty() {
+        bail!("--by must name who resolves the item");
+    }
+    let item = item_of(store, &id).await?;
+    if item.resolution.is_some() {
+        bail!("the queue item of delivery {id} is already resolved");
+    }
+    let resolution = Resolution {
+        outcome,
+        authoritative_ref: a
+            .authoritative_ref
+            .map(|r| r.trim().to_owned())
+            .filter(|r| !r.is_empty()),
+        note: a.note.to_owned(),
+        by: by.to_owned(),
+        at: OffsetDateTime::now_utc(),
+    };
+    let resolved = store
+        .resolve(&item.id, resolution)
+        .await
+        .map_err(|e| match e {
+            oncegate_store::StoreError::Conflict(_) => {
+                anyhow!("the queue item of delivery {id} is already resolved")
+            }
+            other => other.into(),
+        })?;
+    let effect = resolved
+        .resolution
+        .as_ref()
+        .and_then(|r| r.effect.as_ref())
+        .map(ToString::to_string);
+    Ok(match (outcome, effect) {
+        (ResolutionOutcome::Distinct, Some(e)) => {
+            format!("{id}: resolved distinct: released as effect {e}, claimable work\n")
+        }
+        (ResolutionOutcome::Duplicate, Some(e)) => {
+            format!("{id}: resolved duplicate: linked to effect {e}\n")
+        }
+        (o, None) => format!("{id}: resolved {}\n", o.as_str()),
+    })
+}
+
+/// `oncegate queue …`
+#[derive(clap::Subcommand)]
+pub enum QueueCommand {
+    /// Queue items, oldest first: quarantined collisions and deliveries to reconcile.
+    List {
+        /// `quarantine`, `reconcile` or `all`.
+        #[arg(long)]
+        kind: Option<String>,
+        /// `open` (default), `resolved` or `all`.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
+        store: String,
+    },
+    /// One item: the delivery, its reference, the differences and payloads side by side, the existing result.
+    Show {
+        delivery_id: String,
+        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
+        store: String,
+    },
+    /// Settle an item as `distinct` (released as new claimable work) or `duplicate` (linked).
+    Resolve {
+        delivery_id: String,
+        #[arg(long)]
+        outcome: String,
+        /// The provider's own reference of the operation (for `distinct`).
+        #[arg(long = "ref")]
+        authoritative_ref: Option<String>,
+        #[arg(long)]
+        note: String,
+        /// Who resolves it.
+        #[arg(long)]
+        by: String,
+        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
+        store: String,
+    },
+}
+
+pub fn main(command: QueueCommand) -> Result<()> {
+    crate::runtime()?.block_on(async {
+        let out = match &command {
+            QueueCommand::List {
+                kind,
+                status,
+                limit,
+                store,
+            } => {
+                let store = oncegate_store::open(store).await?;
+                list(store.as_ref(), kind.as_deref(), status.as_deref(), *limit).await?
+            }
+            QueueCommand::Show { delivery_id, store } => {
+                let store = oncegate_store::open(store).await?;
+                show(store.as_ref(), delivery_id).await?
+            }
+            QueueCommand::Resolve {
+                delivery_id,
+                outcome,
+                authoritative_ref,
+                note,
+                by,
+                store,
+            } => {
+                let store = oncegate_store::open(store).await?;
+                resolve(
+                    store.as_ref(),
+                    ResolveArgs {
+                        delivery: delivery_id,
+                        outcome,
+                        authoritative_ref: authoritative_ref.as_deref(),
+                        note,
+                        by,
+                    },
+                )
+                .await?
+            }
+        };
+        print!("{out}");
+        Ok(())
+    })
+}

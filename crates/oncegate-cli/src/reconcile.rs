@@ -1,0 +1,81 @@
+//! `oncegate reconcile --once`: one reconciler pass for cron-style runs (the same code `serve`
+//! runs every 30 s), printing one line per queue item and per swept resource.
+
+use anyhow::{bail, Result};
+use oncegate_server::{reconcile_once, RunReport, ServiceConfig};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+/// `oncegate reconcile` arguments.
+#[derive(clap::Args)]
+pub struct ReconcileArgs {
+    /// Run one pass and exit (the continuous worker runs inside `oncegate serve`).
+    #[arg(long)]
+    once: bool,
+    /// `postgres://…` or a SQLite path (default: the contract's `settings.store`, else `oncegate.db`).
+    #[arg(long, env = "ONCEGATE_STORE")]
+    store: Option<String>,
+    /// The contract whose authorities are asked.
+    #[arg(
+        long,
+        env = "ONCEGATE_CONTRACT",
+        default_value = "examples/oncegate.toml"
+    )]
+    contract: std::path::PathBuf,
+}
+
+pub fn main(args: ReconcileArgs) -> Result<()> {
+    if !args.once {
+        bail!("only `oncegate reconcile --once` exists: the continuous reconciler runs inside `oncegate serve`");
+    }
+    let contract = Arc::new(crate::contract::load(&args.contract)?);
+    // Sensitive discriminants are compared as keyed hashes, so the authority's values must be
+    // hashed under the service's salt to match.
+    let Some(salt) = crate::salt::read()? else {
+        bail!("set ONCEGATE_KEY_SALT (or ONCEGATE_KEY_SALT_FILE) to the salt the service uses: sensitive discriminants are compared under it");
+    };
+    crate::runtime()?.block_on(async {
+        let url = crate::serve::store_url(args.store.as_deref(), Some(&contract));
+        let store = oncegate_store::open(&url).await?;
+        let config = ServiceConfig::new(contract.clone(), store, salt);
+        let report = reconcile_once(&config).await?;
+        print!("{}", render(&report));
+        Ok(())
+    })
+}
+
+/// One line per item: delivery, verdict, reference, and what the authority said.
+pub fn render(report: &RunReport) -> String {
+    let mut out = String::new();
+    if report.items.is_empty() {
+        out.push_str("no open reconcile items\n");
+    }
+    for i in &report.items {
+        let _ = writeln!(
+            out,
+            "{}  {}  ref={}  {}",
+            i.delivery,
+            i.verdict,
+            i.authoritative_ref.as_deref().unwrap_or("-"),
+            i.summary
+        );
+    }
+    for s in &report.sweep {
+        let scope = format!(
+            "{}/{}/{}/{}/{}",
+            s.scope.tenant, s.scope.provider, s.scope.env, s.scope.event_type, s.scope.resource
+        );
+        match &s.error {
+            Some(e) => {
+                let _ = writeln!(out, "sweep {scope}  error  {e}");
+            }
+            None if s.missing.is_empty() => {
+                let _ = writeln!(out, "sweep {scope}  ok");
+            }
+            None => {
+                let _ = writeln!(out, "sweep {scope}  missing  {}", s.missing.join(","));
+            }
+        }
+    }
+    out
+}

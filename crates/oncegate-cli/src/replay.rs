@@ -1,0 +1,77 @@
+//! `oncegate replay <delivery-id>`: a deliberate late replay, straight on the store, decided by
+//! the same code as `POST /v1/deliveries/{id}/replay` (the service's `replay` module).
+
+use anyhow::{anyhow, Result};
+use oncegate_core::contract::Contract;
+use oncegate_core::ids::DeliveryId;
+use oncegate_store::{Store, StoreError};
+use std::fmt::Write as _;
+use time::OffsetDateTime;
+
+pub async fn run(store: &dyn Store, contract: &Contract, salt: &[u8], raw: &str) -> Result<String> {
+    let id: DeliveryId = raw
+        .parse()
+        .map_err(|e| anyhow!("{raw:?} is not a delivery id: {e}"))?;
+    let o = oncegate_server::replay::replay(store, contract, salt, &id, OffsetDateTime::now_utc())
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound { .. } => anyhow!(
+                "no delivery {id} in this store (past the proof retention nothing is left to replay)"
+            ),
+            other => other.into(),
+        })?;
+    let mut out = String::new();
+    let w = &mut out;
+    writeln!(w, "replay of {} journaled as {}", o.original, o.delivery)?;
+    writeln!(
+        w,
+        "  → {}  (rule {})",
+        o.action.as_str().to_uppercase(),
+        o.rule
+    )?;
+    writeln!(w, "  {}", o.reason)?;
+    if let Some(e) = &o.effect {
+        writeln!(w, "  effect     {e}")?;
+    }
+    if let Some(r) = &o.result {
+        writeln!(w, "  result     {r}")?;
+    }
+    if let Some(q) = &o.queue_item {
+        writeln!(
+            w,
+            "  queue      {q}: approve it with `oncegate queue resolve {}`",
+            o.delivery
+        )?;
+    }
+    Ok(out)
+}
+
+/// `oncegate replay` arguments.
+#[derive(clap::Args)]
+pub struct ReplayArgs {
+    delivery_id: String,
+    #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
+    store: String,
+    /// The contract holding the strategy version the proof names.
+    #[arg(
+        long,
+        env = "ONCEGATE_CONTRACT",
+        default_value = "examples/oncegate.toml"
+    )]
+    contract: std::path::PathBuf,
+}
+
+pub fn main(args: ReplayArgs) -> Result<()> {
+    let contract = crate::contract::load(&args.contract)?;
+    let Some(salt) = crate::salt::read()? else {
+        anyhow::bail!("set ONCEGATE_KEY_SALT (or ONCEGATE_KEY_SALT_FILE) to the salt the service uses: the key is recomputed under it");
+    };
+    crate::runtime()?.block_on(async {
+        let store = oncegate_store::open(&args.store).await?;
+        print!(
+            "{}",
+            run(store.as_ref(), &contract, &salt, &args.delivery_id).await?
+        );
+        Ok(())
+    })
+}

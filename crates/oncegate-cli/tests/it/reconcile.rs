@@ -1,0 +1,158 @@
+//! `oncegate reconcile --once`: the real binary settles the seed's second refund against a
+//! small authority server, after the service (in-process, same SQLite file) queued it.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::sync::Arc;
+
+use oncegate_server::{ApiToken, ServiceConfig};
+use serde_json::{json, Value};
+
+const CONTRACT: &str = include_str!("../../../../examples/oncegate.toml");
+const SALT: &str = "reconcile-cli-test-salt";
+const API_TOKEN: &str = "payflow-api-cli-token";
+
+/// A one-thread HTTP authority that answers every request with the same refund list, and
+/// `401` when the contract's auth header is missing.
+fn authority(body: &'static str) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            let request = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+            let authorized = request.contains(&format!(
+                "authorization: {}",
+                API_TOKEN.to_ascii_lowercase()
+            ));
+            let (status, body) = if authorized {
+                ("200 OK", body)
+            } else {
+                ("401 Unauthorized", "{}")
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("http://{addr}")
+}
+
+fn refund(sent_at: &str) -> String {
+    format!(
+        r#"{{"type":"refund.created","sent_at":"{sent_at}","data":{{"payment_id":"pay_1","amount":1500,"currency":"EUR"}}}}"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_once_releases_the_second_refund() {
+    let base = authority(
+        r#"{"refunds":[{"id":"re_A","amount":1500,"currency":"EUR"},{"id":"re_B","amount":1500,"currency":"EUR"}]}"#,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("reconcile.db");
+    let contract_path = dir.path().join("oncegate.toml");
+    let text = CONTRACT.replace("http://127.0.0.1:8089", &base);
+    std::fs::write(&contract_path, &text).unwrap();
+
+    // The service queues the second refund (the in-process service shares the SQLite file).
+    let contract = Arc::new(oncegate_core::contract::parse("oncegate.toml", &text).unwrap());
+    let store = oncegate_store::open(db.to_str().unwrap()).await.unwrap();
+    let mut config = ServiceConfig::new(contract, store, SALT.as_bytes().to_vec());
+    config.tokens = ApiToken::parse_list("ingest:*:ingest-1;operator:*:operator-1").unwrap();
+    config.reconciler.every = None;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let service = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(oncegate_server::serve(
+        listener,
+        config,
+        std::future::pending(),
+    ));
+    let http = reqwest::Client::new();
+    let post = |body: String| {
+        http.post(format!("{service}/v1/deliveries/acme/payflow/live"))
+            .bearer_auth("ingest-1")
+            .body(body)
+            .send()
+    };
+    let first: Value = post(refund("2026-01-01T00:00:00Z"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(first["action"], "process", "{first}");
+    let done = http
+        .post(format!(
+            "{service}/v1/effects/{}/complete",
+            first["effect"]["id"].as_str().unwrap()
+        ))
+        .bearer_auth("ingest-1")
+        .json(&json!({"token": first["reservation"]["token"], "result": {"refund": "local_1"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(done.status(), 200);
+    let second: Value = post(refund("2026-01-01T00:04:00Z"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(second["action"], "reconcile", "{second}");
+    let second_id = second["delivery_id"].as_str().unwrap().to_owned();
+
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_oncegate"))
+            .arg("reconcile")
+            .args(extra)
+            .args(["--store", db.to_str().unwrap()])
+            .args(["--contract", contract_path.to_str().unwrap()])
+            .env("ONCEGATE_KEY_SALT", SALT)
+            .env("PAYFLOW_API_TOKEN", API_TOKEN)
+            .output()
+            .unwrap()
+    };
+    let refused = run(&[]);
+    assert_eq!(refused.status.code(), Some(2), "only --once exists");
+
+    let out = run(&["--once"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with(&second_id))
+        .unwrap_or_else(|| panic!("no line for {second_id}: {stdout}"));
+    assert!(line.contains(" distinct "), "{line}");
+    assert!(line.contains("ref=re_B"), "{line}");
+
+    // The item is resolved by the reconciler: a second run has nothing left to do.
+    let out = run(&["--once"]);
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("no open reconcile items"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let queue: Value = http
+        .get(format!("{service}/v1/queue?status=all"))
+        .bearer_auth("operator-1")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let item = &queue["items"][0];
+    assert_eq!(item["resolution"]["by"], "reconciler", "{queue}");
+    assert_eq!(item["resolution"]["authoritative_ref"], "re_B", "{queue}");
+}

@@ -1,0 +1,546 @@
+//! The reconciler: settles open `reconcile` queue items by asking each type's authority, and
+//! sweeps recently seen resources for operations no local effect accounts for.
+//!
+//! For each open item whose type has an authority it fetches the operations of the item's
+//! resource, lists the local effects of that resource, and lets the pure matcher
+//! (`oncegate_core::reconcile`) decide:
+//!
+//! * an operation with the delivery's discriminants is matched to no local effect → the item
+//!   is resolved `distinct` and the delivery released as a new effect carrying that
+//!   operation's reference;
+//! * every such operation is already matched → resolved `duplicate`, linked;
+//! * no authority, an error, or nothing to match → the item stays open with the attempt and
+//!   its error recorded, visible in the queue listing, the report and a metric.
+//!
+//! How a later retry of a released operation is recognized: a provider without ids resends a
+//! body identical to the first refund's, so no key can tell the two retries apart, and the
+//! released effect is not put in the unique index (its key belongs to the first effect). The
+//! retry lands in the queue like the original did, and the reconciler resolves it `duplicate`:
+//! the released effect carries its authoritative reference, so matching pairs that operation
+//! with it by reference and the other with the first effect by discriminants — every operation
+//! is accounted for, and nothing is released twice.
+//!
+//! Resolutions are recorded with `by: "reconciler"` and the evidence: the URL asked, the
+//! operations the authority listed (discriminants in their stored, masked form), the local
+//! effects they were matched against, and the verdict.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use oncegate_core::contract::{Contract, EventType};
+use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
+use oncegate_core::json::{self, Limits, Value};
+use oncegate_core::reconcile::{self, AuthorityOperation, LocalEffect, Verdict};
+use oncegate_store::{
+    EffectRecord, EffectState, MissingOperation, QueueItem, ReconcileAttempt, Resolution,
+    ResolutionOutcome, ResourceScope, Store, StoreError,
+};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use time::OffsetDateTime;
+
+use crate::authority::{AuthorityClient, AuthorityPolicy, UrlContext};
+use crate::state::AppState;
+use crate::ServiceConfig;
+
+/// Who the resolutions are recorded as.
+pub const RECONCILER: &str = "reconciler";
+
+/// Open items settled per run at most; the rest wait for the next run.
+const ITEMS_PER_RUN: u32 = 200;
+
+/// How the reconciler runs inside `serve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReconcilerSettings {
+    /// Between two runs over the open items; `None` turns the worker off.
+    pub every: Option<Duration>,
+    /// Between two invisible-losses sweeps (only types whose authority sets `sweep_window`).
+    pub sweep_every: Duration,
+    pub authority: AuthorityPolicy,
+}
+
+impl Default for ReconcilerSettings {
+    fn default() -> Self {
+        ReconcilerSettings {
+            every: Some(Duration::from_secs(30)),
+            sweep_every: Duration::from_secs(600),
+            authority: AuthorityPolicy::default(),
+        }
+    }
+}
+
+/// Why a run could not go through its items at all (one item's trouble never stops a run).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("the store is unavailable: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// What a run did with one queue item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemReport {
+    pub item: QueueItemId,
+    pub delivery: DeliveryId,
+    /// `distinct`, `duplicate`, or `open` (left for a later attempt or a person).
+    pub verdict: &'static str,
+    pub authoritative_ref: Option<String>,
+    /// The effect released (distinct) or linked (duplicate).
+    pub effect: Option<EffectId>,
+    /// One plain sentence: what the authority answered, or why the item stays open.
+    pub summary: String,
+}
+
+/// What a sweep found for one resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepReport {
+    pub scope: ResourceScope,
+    /// References of authority operations with no local effect.
+    pub missing: Vec<String>,
+    /// Set when the authority could not be asked.
+    pub error: Option<String>,
+}
+
+/// The outcome of one run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunReport {
+    pub items: Vec<ItemReport>,
+    pub sweep: Vec<SweepReport>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TypeLabel {
+    provider: String,
+    env: String,
+    event_type: String,
+}
+
+/// `oncegate_reconcile_attempts_total{outcome}` and `oncegate_missing_effects{provider,env,event_type}`.
+pub(crate) struct ReconcileMetrics {
+    attempts: Family<OutcomeLabel, Counter>,
+    missing: Family<TypeLabel, Gauge>,
+}
+
+impl ReconcileMetrics {
+    pub fn register(registry: &mut Registry) -> ReconcileMetrics {
+        let attempts = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "reconcile_attempts",
+            "Reconciler attempts on queue items, by outcome (distinct, duplicate, inconclusive, no_authority, error)",
+            attempts.clone(),
+        );
+        let missing = Family::<TypeLabel, Gauge>::default();
+        registry.register(
+            "missing_effects",
+            "Operations the authority lists for recently seen resources that have no local effect",
+            missing.clone(),
+        );
+        ReconcileMetrics { attempts, missing }
+    }
+
+    fn attempt(&self, outcome: &str) {
+        self.attempts
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    fn set_missing(&self, provider: &str, env: &str, event_type: &str, n: u64) {
+        self.missing
+            .get_or_create(&TypeLabel {
+                provider: provider.to_owned(),
+                env: env.to_owned(),
+                event_type: event_type.to_owned(),
+            })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+}
+
+/// Everything one run needs.
+struct Run<'a> {
+    contract: &'a Contract,
+    store: &'a dyn Store,
+    salt: &'a [u8],
+    now: OffsetDateTime,
+    client: &'a AuthorityClient,
+    metrics: Option<&'a ReconcileMetrics>,
+}
+
+/// One reconciliation pass over the open items, then the invisible-losses sweep, with the
+/// config's contract, store, salt and clock: what `oncegate reconcile --once` runs.
+pub async fn reconcile_once(config: &ServiceConfig) -> Result<RunReport, ReconcileError> {
+    let client = AuthorityClient::new(config.reconciler.authority);
+    let run = Run {
+        contract: &config.contract,
+        store: config.store.as_ref(),
+        salt: &config.salt,
+        now: (config.clock)(),
+        client: &client,
+        metrics: None,
+    };
+    let items = run.items().await?;
+    let sweep = run.sweep().await?;
+    Ok(RunReport { items, sweep })
+}
+
+/// The worker `serve` runs: a pass every `every`, a sweep every `sweep_every`. Several
+/// instances may run it at once: resolving an item twice is refused by the store, so the
+/// second instance's attempt on an item just settled is a harmless conflict.
+pub(crate) async fn run_forever(state: AppState, settings: ReconcilerSettings) {
+    let Some(every) = settings.every else { return };
+    let client = AuthorityClient::new(settings.authority);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_sweep: Option<std::time::Instant> = None;
+    loop {
+        tick.tick().await;
+        let run = Run {
+            contract: &state.contract,
+            store: state.store.as_ref(),
+            salt: &state.salt,
+            now: state.now(),
+            client: &client,
+            metrics: Some(&state.metrics.reconcile),
+        };
+        if let Err(e) = run.items().await {
+            tracing::debug!(error = %e, "reconciliation skipped");
+            continue;
+        }
+        if last_sweep.is_none_or(|at| at.elapsed() >= settings.sweep_every) {
+            last_sweep = Some(std::time::Instant::now());
+            if let Err(e) = run.sweep().await {
+                tracing::debug!(error = %e, "invisible-losses sweep skipped");
+            }
+        }
+    }
+}
+
+fn local_effects(effects: &[EffectRecord]) -> Vec<LocalEffect> {
+    effects
+        .iter()
+        .map(|e| LocalEffect {
+            id: e.id.clone(),
+            authoritative_ref: e.authoritative_ref.clone(),
+            discriminants: e.discriminants.clone(),
+        })
+        .collect()
+}
+
+fn operations_json(ops: &[AuthorityOperation]) -> serde_json::Value {
+    ops.iter()
+        .map(|o| json!({"reference": o.reference, "discriminants": o.discriminants}))
+        .collect()
+}
+
+impl Run<'_> {
+    fn count(&self, outcome: &str) {
+        if let Some(m) = self.metrics {
+            m.attempt(outcome);
+        }
+    }
+
+    async fn items(&self) -> Result<Vec<ItemReport>, ReconcileError> {
+        let items = self.store.open_reconcile_items(ITEMS_PER_RUN).await?;
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            match self.item(&item).await {
+                Ok(report) => out.push(report),
+                // Another instance settled it meanwhile.
+                Err(StoreError::Conflict(_)) => {}
+                Err(e) if e.is_unavailable() => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(queue_item = %item.id, error = %e, "reconciliation of an item failed");
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Leaves the item open with the attempt recorded.
+    async fn keep_open(
+        &self,
+        item: &QueueItem,
+        outcome: &str,
+        why: String,
+        evidence: Option<serde_json::Value>,
+    ) -> Result<ItemReport, StoreError> {
+        self.count(outcome);
+        // Recorded every time, also when nothing changed: the attempt time is what sends the
+        // item to the back of the next run's list.
+        self.store
+            .record_reconcile_attempt(
+                &item.id,
+                ReconcileAttempt {
+                    at: self.now,
+                    error: why.clone(),
+                    evidence: evidence.map(|e| e.to_string()),
+                },
+            )
+            .await?;
+        Ok(ItemReport {
+            item: item.id.clone(),
+            delivery: item.delivery.clone(),
+            verdict: "open",
+            authoritative_ref: None,
+            effect: None,
+            summary: why,
+        })
+    }
+
+    async fn item(&self, item: &QueueItem) -> Result<ItemReport, StoreError> {
+        let t = item
+            .event_type
+            .as_deref()
+            .and_then(|name| self.contract.event_type(&item.provider, name));
+        let Some((t, authority)) = t.and_then(|t| t.authority.as_ref().map(|a| (t, a))) else {
+            return self
+                .keep_open(
+                    item,
+                    "no_authority",
+                    "the type has no authority to ask: a person resolves it".to_owned(),
+                    None,
+                )
+                .await;
+        };
+        // The payload gives the resource (for items queued before it was stored) and any
+        // `{/json/pointer}` hole of the URL.
+        let payload = self
+            .store
+            .delivery(&item.delivery)
+            .await?
+            .and_then(|d| d.payload)
+            .and_then(|body| json::parse(&body, &Limits::default()).ok());
+        // A sensitive resource is stored keyed-hashed: the URL needs its clear value (from the
+        // payload), the local effects are listed under the stored form.
+        let sensitive = t.resource.as_ref().is_some_and(|p| t.is_sensitive(p));
+        let clear = resource_of(t, payload.as_ref());
+        let url_resource = if sensitive {
+            clear
+        } else {
+            item.resource.clone().or(clear)
+        };
+        let stored = item.resource.clone().or_else(|| {
+            if sensitive {
+                None
+            } else {
+                url_resource.clone()
+            }
+        });
+        let (Some(url_resource), Some(resource)) = (url_resource, stored) else {
+            return self
+                .keep_open(
+                    item,
+                    "error",
+                    "the delivery's resource is unknown (its payload may have been purged): a person resolves it".to_owned(),
+                    None,
+                )
+                .await;
+        };
+        let ctx = UrlContext {
+            tenant: &item.tenant,
+            provider: &item.provider,
+            env: &item.env,
+            resource: Some(&url_resource),
+            payload: payload.as_ref(),
+        };
+        let answer = match self.client.operations(t, authority, &ctx, self.salt).await {
+            Ok(a) => a,
+            Err(e) => return self.keep_open(item, "error", e.to_string(), None).await,
+        };
+        let scope = ResourceScope {
+            tenant: item.tenant.clone(),
+            provider: item.provider.clone(),
+            env: item.env.clone(),
+            event_type: t.name.clone(),
+            resource,
+        };
+        let effects = self.store.resource_effects(&scope).await?;
+        let locals = local_effects(&effects);
+        // A delivery queued against an effect whose outcome is unknown asks whether that very
+        // effect happened: it may only be confirmed, never released a second time.
+        let verifying = item.existing_effect.as_ref().filter(|id| {
+            effects.iter().any(|e| {
+                &e.id == *id
+                    && (e.state == EffectState::Unknown
+                        || (e.state == EffectState::Reserved
+                            && e.lease_until.is_some_and(|u| u <= self.now)))
+            })
+        });
+        let declared = reconcile::declared(authority);
+        let verdict = reconcile::verdict(
+            &declared,
+            &answer.operations,
+            &locals,
+            &item.discriminants,
+            item.existing_effect.as_ref(),
+            verifying,
+        );
+        let mut evidence = json!({
+            // The clear URL would show a sensitive resource: the template stands in for it.
+            "asked": if sensitive { authority.url.clone() } else { answer.url.clone() },
+            "at": self.now.unix_timestamp(),
+            "operations": operations_json(&answer.operations),
+            "local_effects": effects.iter().map(|e| json!({
+                "effect": e.id.as_str(),
+                "authoritative_ref": e.authoritative_ref,
+                "state": e.state.as_str(),
+            })).collect::<Vec<_>>(),
+            "verifying": verifying.map(EffectId::as_str),
+        });
+        let (outcome, reference, note) = match &verdict {
+            Verdict::Inconclusive { why } => {
+                evidence["verdict"] = json!("inconclusive");
+                return self
+                    .keep_open(item, "inconclusive", why.clone(), Some(evidence))
+                    .await;
+            }
+            Verdict::Release { authoritative_ref } => (
+                ResolutionOutcome::Distinct,
+                authoritative_ref.clone(),
+                format!(
+                    "the authority lists operation {authoritative_ref} with these discriminants and no local effect matches it"
+                ),
+            ),
+            Verdict::Duplicate {
+                effect,
+                authoritative_ref,
+            } => (
+                ResolutionOutcome::Duplicate,
+                authoritative_ref.clone(),
+                format!(
+                    "every operation the authority lists with these discriminants is already applied (this one is {authoritative_ref}, effect {effect})"
+                ),
+            ),
+        };
+        evidence["verdict"] = json!(outcome.as_str());
+        evidence["authoritative_ref"] = json!(reference);
+        let resolved = self
+            .store
+            .resolve_with_evidence(
+                &item.id,
+                Resolution {
+                    outcome,
+                    authoritative_ref: Some(reference.clone()),
+                    note: note.clone(),
+                    by: RECONCILER.to_owned(),
+                    at: self.now,
+                },
+                &evidence.to_string(),
+            )
+            .await?;
+        self.count(outcome.as_str());
+        tracing::info!(queue_item = %item.id, delivery_id = %item.delivery, outcome = outcome.as_str(), authoritative_ref = %reference, "reconciled against the authority");
+        Ok(ItemReport {
+            item: item.id.clone(),
+            delivery: item.delivery.clone(),
+            verdict: outcome.as_str(),
+            authoritative_ref: Some(reference),
+            effect: resolved.resolution.and_then(|r| r.effect),
+            summary: note,
+        })
+    }
+
+    /// The invisible-losses sweep over every type whose authority asks for one.
+    async fn sweep(&self) -> Result<Vec<SweepReport>, ReconcileError> {
+        let mut out = Vec::new();
+        for provider in self.contract.providers.values() {
+            for t in provider.types.values() {
+                let Some(authority) = &t.authority else {
+                    continue;
+                };
+                let Some(window) = authority.sweep_window else {
+                    continue;
+                };
+                let since = self.now - crate::state::to_time(window);
+                let resources = self
+                    .store
+                    .resources_seen(&provider.name, &t.name, since)
+                    .await?;
+                // Every environment starts at zero, so a gauge falls back once nothing is missing.
+                let mut totals: BTreeMap<String, u64> = self
+                    .contract
+                    .environments
+                    .iter()
+                    .map(|env| (env.clone(), 0))
+                    .collect();
+                for scope in resources {
+                    let report = self.sweep_one(t, &scope).await?;
+                    *totals.entry(scope.env.clone()).or_default() += report.missing.len() as u64;
+                    out.push(report);
+                }
+                if let Some(m) = self.metrics {
+                    for (env, n) in totals {
+                        m.set_missing(&provider.name, &env, &t.name, n);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn sweep_one(
+        &self,
+        t: &EventType,
+        scope: &ResourceScope,
+    ) -> Result<SweepReport, ReconcileError> {
+        let authority = t
+            .authority
+            .as_ref()
+            .expect("only types with an authority are swept");
+        let ctx = UrlContext {
+            tenant: &scope.tenant,
+            provider: &scope.provider,
+            env: &scope.env,
+            resource: Some(&scope.resource),
+            payload: None,
+        };
+        let answer = match self.client.operations(t, authority, &ctx, self.salt).await {
+            Ok(a) => a,
+            Err(e) => {
+                return Ok(SweepReport {
+                    scope: scope.clone(),
+                    missing: vec![],
+                    error: Some(e.to_string()),
+                })
+            }
+        };
+        let effects = self.store.resource_effects(scope).await?;
+        let declared = reconcile::declared(authority);
+        let missing: Vec<MissingOperation> =
+            reconcile::unmatched(&declared, &answer.operations, &local_effects(&effects))
+                .into_iter()
+                .map(|op| MissingOperation {
+                    reference: op.reference.clone(),
+                    discriminants: op.discriminants.clone(),
+                })
+                .collect();
+        self.store.record_missing(scope, &missing, self.now).await?;
+        if !missing.is_empty() {
+            tracing::warn!(provider = %scope.provider, env = %scope.env, event_type = %scope.event_type, missing = missing.len(), "the authority lists operations with no local effect");
+        }
+        Ok(SweepReport {
+            scope: scope.clone(),
+            missing: missing.into_iter().map(|m| m.reference).collect(),
+            error: None,
+        })
+    }
+}
+
+/// The clear resource of a delivery from its payload (for the authority's URL only).
+fn resource_of(t: &EventType, payload: Option<&Value>) -> Option<String> {
+    let pointer = t.resource.as_ref()?;
+    match pointer.get(payload?)? {
+        Value::String(s) if !s.trim().is_empty() => Some(s.clone()),
+        v @ Value::Number(_) => Some(oncegate_core::canon::to_key_form(v)),
+        _ => None,
+    }
+}

@@ -1,0 +1,156 @@
+//! `GET /v1/breakers` and `POST /v1/breakers/close`: the collision breakers of every strategy,
+//! and the operator's way to close one, with a note. Nothing else closes a breaker.
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use oncegate_store::{Breaker, BreakerScope, StoreError, TenantFilter};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use super::ApiJson;
+use crate::auth::Role;
+use crate::breaker;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+#[derive(Debug, Serialize)]
+pub(crate) struct BreakerBody {
+    pub provider: String,
+    pub env: String,
+    pub event_type: String,
+    pub strategy: String,
+    pub version: u32,
+    /// `open` or `closed`.
+    pub state: &'static str,
+    /// Key matches and collisions inside the window now.
+    pub matches: u64,
+    pub collisions: u64,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub opened_at: Option<OffsetDateTime>,
+    pub reason: Option<String>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub closed_at: Option<OffsetDateTime>,
+    pub closed_by: Option<String>,
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct BreakerListBody {
+    pub breakers: Vec<BreakerBody>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct CloseRequest {
+    pub provider: String,
+    pub env: String,
+    pub event_type: String,
+    pub strategy: String,
+    pub version: u32,
+    pub note: String,
+    pub by: Option<String>,
+}
+
+pub(crate) fn body(b: &Breaker) -> BreakerBody {
+    BreakerBody {
+        provider: b.scope.provider.clone(),
+        env: b.scope.env.clone(),
+        event_type: b.scope.event_type.clone(),
+        strategy: b.scope.strategy.clone(),
+        version: b.scope.version,
+        state: b.state.as_str(),
+        matches: b.matches,
+        collisions: b.collisions,
+        opened_at: b.opened_at,
+        reason: b.reason.clone(),
+        closed_at: b.closed_at,
+        closed_by: b.closed_by.clone(),
+        note: b.note.clone(),
+    }
+}
+
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<BreakerListBody>, ApiError> {
+    state
+        .tokens
+        .require(&headers, &[Role::Operator, Role::Admin])?;
+    // Breakers count matches across tenants (a strategy is shared) and carry no tenant data.
+    let list = state
+        .store
+        .breakers(&breaker::rule(&state), state.now())
+        .await?;
+    Ok(Json(BreakerListBody {
+        breakers: list.iter().map(body).collect(),
+    }))
+}
+
+pub(crate) async fn close(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<CloseRequest>,
+) -> Result<Json<BreakerBody>, ApiError> {
+    let caller = state
+        .tokens
+        .require(&headers, &[Role::Operator, Role::Admin])?;
+    // A breaker guards every tenant's deliveries of a strategy, so only a token that sees
+    // every tenant may close it.
+    if caller.tenants != TenantFilter::All {
+        return Err(ApiError::forbidden(
+            "A breaker applies to every tenant; only a token for all tenants may close it.",
+        ));
+    }
+    let note = req.note.trim();
+    if note.is_empty() {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "A breaker is closed with a note saying what was checked.",
+        ));
+    }
+    let by = req
+        .by
+        .as_deref()
+        .map(str::trim)
+        .filter(|b| !b.is_empty())
+        .map(str::to_owned)
+        .unwrap_or_else(|| caller.label.clone());
+    let scope = BreakerScope {
+        provider: req.provider,
+        env: req.env,
+        event_type: req.event_type,
+        strategy: req.strategy,
+        version: req.version,
+    };
+    let closed = match state
+        .store
+        .breaker_close(&scope, note, &by, state.now())
+        .await
+    {
+        Ok(b) => b,
+        Err(StoreError::Conflict(_)) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "not_open",
+                format!("The breaker of {scope} is not open."),
+            ))
+        }
+        Err(StoreError::NotFound { .. }) => {
+            return Err(ApiError::not_found(format!(
+                "The breaker of {scope} never opened."
+            )))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    state.metrics.breaker(&scope, false);
+    tracing::info!(
+        provider = %scope.provider,
+        env = %scope.env,
+        event_type = %scope.event_type,
+        strategy = %scope.strategy_label(),
+        by = %by,
+        note = %note,
+        "collision breaker closed by an operator"
+    );
+    Ok(Json(body(&closed)))
+}

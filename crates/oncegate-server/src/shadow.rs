@@ -1,0 +1,222 @@
+//! Shadow strategies on live traffic: each delivery of a type that declares `[[…shadow]]`
+//! entries is also keyed by every shadow, looked up in the shadows' own index, and run through
+//! the same decision matrix — never acting. Where a shadow would have decided otherwise, the
+//! proof says so (`shadow`), a metric counts it and the store keeps it for the report, so a new
+//! strategy version shows what it would change before it is cut over.
+
+use oncegate_core::contract::EventType;
+use oncegate_core::identity::{self, Origin};
+use oncegate_core::ids::DeliveryId;
+use oncegate_core::json;
+use oncegate_core::matrix::{self, Action, Keyed, Prior, Situation, TransportMatch};
+use oncegate_store::{ShadowDisagreement, ShadowObservation};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::state::{to_time, AppState};
+
+/// What one shadow strategy would have decided for a delivery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ShadowBody {
+    /// `name@version`.
+    pub strategy: String,
+    pub level: String,
+    pub confidence: Option<String>,
+    /// The shadow's key, when it could make one.
+    pub key: Option<String>,
+    pub action: String,
+    pub reason: String,
+    /// The first delivery of the shadow key, when the shadow matched one.
+    pub reference_delivery_id: Option<String>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Labels {
+    provider: String,
+    env: String,
+    event_type: String,
+    strategy: String,
+}
+
+/// `oncegate_shadow_disagreements_total{provider,env,event_type,strategy}`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ShadowMetrics {
+    disagreements: Family<Labels, Counter>,
+}
+
+impl ShadowMetrics {
+    pub fn register(registry: &mut Registry) -> ShadowMetrics {
+        let disagreements = Family::<Labels, Counter>::default();
+        registry.register(
+            "shadow_disagreements",
+            "Deliveries for which a shadow strategy would have decided otherwise than the active hierarchy",
+            disagreements.clone(),
+        );
+        ShadowMetrics { disagreements }
+    }
+}
+
+/// The verdict of every shadow of the type, recording each shadow key in the shadows' index.
+/// A store error only loses the shadow's opinion on this delivery: it is logged, never allowed
+/// to fail or slow the real decision further.
+pub(crate) async fn verdicts(
+    state: &AppState,
+    t: &EventType,
+    origin: Origin<'_>,
+    doc: &json::Value,
+    event_type: &str,
+    delivery: &DeliveryId,
+    now: OffsetDateTime,
+) -> Vec<ShadowBody> {
+    let mut out = Vec::new();
+    for (s, id) in identity::shadow_identities(t, origin, doc, &state.salt) {
+        let label = s.label();
+        let Some(k) = id.effect else {
+            let missing = id
+                .skipped
+                .iter()
+                .map(|s| s.why.clone())
+                .collect::<Vec<_>>()
+                .join("; ");
+            let d = matrix::decide(&Situation::NoKey {
+                criticality: t.criticality,
+                missing,
+            });
+            out.push(ShadowBody {
+                strategy: label,
+                level: s.level.as_str().to_owned(),
+                confidence: None,
+                key: None,
+                action: d.action.as_str().to_owned(),
+                reason: d.reason,
+                reference_delivery_id: None,
+            });
+            continue;
+        };
+        let discriminants: std::collections::BTreeMap<String, String> = id
+            .discriminants
+            .iter()
+            .filter_map(|(f, v)| v.clone().map(|v| (f.clone(), v)))
+            .collect();
+        let observation = ShadowObservation {
+            tenant: origin.tenant.to_owned(),
+            provider: origin.provider.to_owned(),
+            env: origin.env.to_owned(),
+            event_type: event_type.to_owned(),
+            strategy: k.strategy.clone(),
+            version: k.version,
+            key: k.key.clone(),
+            delivery: delivery.clone(),
+            discriminants,
+            expires_at: (!t.durable).then(|| now + to_time(k.horizon)),
+            now,
+        };
+        let prior = match state.store.shadow_observe(&observation).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(strategy = %label, error = %e, "a shadow strategy could not read its index");
+                continue;
+            }
+        };
+        let (prior_state, differences, reference) = match &prior {
+            None => (Prior::None, Vec::new(), None),
+            Some(p) => {
+                let existing: Vec<(String, Option<String>)> = p
+                    .discriminants
+                    .iter()
+                    .map(|(f, v)| (f.clone(), Some(v.clone())))
+                    .collect();
+                (
+                    // The shadow index knows keys, not outcomes: a match reads as applied.
+                    Prior::Completed,
+                    identity::differences(&existing, &id.discriminants),
+                    Some(p.first_delivery.to_string()),
+                )
+            }
+        };
+        let d = matrix::decide(&Situation::Identified {
+            criticality: t.criticality,
+            authority: t.authority.is_some(),
+            breaker_open: false,
+            transport: TransportMatch::None,
+            key: Keyed {
+                confidence: k.confidence,
+                prior: prior_state,
+                differences,
+            },
+        });
+        out.push(ShadowBody {
+            strategy: label,
+            level: k.level.as_str().to_owned(),
+            confidence: Some(k.confidence.as_str().to_owned()),
+            key: Some(k.key),
+            action: d.action.as_str().to_owned(),
+            reason: d.reason,
+            reference_delivery_id: reference,
+        });
+    }
+    out
+}
+
+/// The verdicts that differ from the decision taken.
+pub(crate) fn differing(verdicts: &[ShadowBody], actual: &str) -> Vec<ShadowBody> {
+    verdicts
+        .iter()
+        .filter(|v| v.action != actual)
+        .cloned()
+        .collect()
+}
+
+/// Counts and records the disagreements of one decided delivery.
+pub(crate) async fn settle(
+    state: &AppState,
+    origin: Origin<'_>,
+    event_type: &str,
+    delivery: &DeliveryId,
+    actual: Action,
+    verdicts: &[ShadowBody],
+    now: OffsetDateTime,
+) -> Vec<ShadowBody> {
+    let differ = differing(verdicts, actual.as_str());
+    for v in &differ {
+        state
+            .metrics
+            .shadow
+            .disagreements
+            .get_or_create(&Labels {
+                provider: origin.provider.to_owned(),
+                env: origin.env.to_owned(),
+                event_type: event_type.to_owned(),
+                strategy: v.strategy.clone(),
+            })
+            .inc();
+        let (name, version) = v
+            .strategy
+            .rsplit_once('@')
+            .map(|(n, v)| (n.to_owned(), v.parse().unwrap_or(0)))
+            .unwrap_or_else(|| (v.strategy.clone(), 0));
+        let recorded = state
+            .store
+            .shadow_disagreement(&ShadowDisagreement {
+                delivery: delivery.clone(),
+                tenant: origin.tenant.to_owned(),
+                provider: origin.provider.to_owned(),
+                env: origin.env.to_owned(),
+                event_type: event_type.to_owned(),
+                strategy: name,
+                version,
+                shadow_action: v.action.clone(),
+                actual_action: actual.as_str().to_owned(),
+                at: now,
+            })
+            .await;
+        if let Err(e) = recorded {
+            tracing::warn!(strategy = %v.strategy, error = %e, "a shadow disagreement could not be recorded");
+        }
+    }
+    differ
+}

@@ -1,0 +1,542 @@
+//! Reconciliation against a real authority: a small axum app on 127.0.0.1:0 plays the
+//! provider's refund-list API, and the example contract's authority URL is pointed at it.
+//! Also the unknown outcomes of expired leases (critical: verify; reversible: takeover).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::get;
+use axum::{Json, Router};
+use oncegate_core::contract;
+use oncegate_server::{reconcile_once, AuthorityPolicy, ServiceConfig};
+use serde_json::{json, Value};
+
+use crate::harness::*;
+
+/// The token the authority expects in its `authorization` header (the contract names the
+/// environment variable it comes from).
+const API_TOKEN: &str = "payflow-api-test-token";
+
+#[derive(Clone, Debug)]
+enum Mode {
+    Answer,
+    Down,
+    Hang,
+}
+
+#[derive(Clone)]
+struct Fake {
+    mode: Arc<Mutex<Mode>>,
+    /// payment id → the refunds the provider knows.
+    refunds: Arc<Mutex<HashMap<String, Vec<Value>>>>,
+    asked: Arc<Mutex<u32>>,
+}
+
+async fn refunds(
+    State(fake): State<Fake>,
+    Path(payment): Path<String>,
+    headers: HeaderMap,
+) -> (StatusCode, Json<Value>) {
+    *fake.asked.lock().unwrap() += 1;
+    let mode = fake.mode.lock().unwrap().clone();
+    match mode {
+        Mode::Down => return (StatusCode::SERVICE_UNAVAILABLE, Json(json!({}))),
+        Mode::Hang => {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
+        Mode::Answer => {}
+    }
+    if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(API_TOKEN) {
+        return (StatusCode::UNAUTHORIZED, Json(json!({"error": "no token"})));
+    }
+    let list = fake
+        .refunds
+        .lock()
+        .unwrap()
+        .get(&payment)
+        .cloned()
+        .unwrap_or_default();
+    (StatusCode::OK, Json(json!({ "refunds": list })))
+}
+
+/// Starts the fake authority and returns it with its base URL.
+async fn authority() -> (Fake, String) {
+    let fake = Fake {
+        mode: Arc::new(Mutex::new(Mode::Answer)),
+        refunds: Arc::new(Mutex::new(HashMap::new())),
+        asked: Arc::new(Mutex::new(0)),
+    };
+    let app = Router::new()
+        .route("/v1/payments/{payment}/refunds", get(refunds))
+        .with_state(fake.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (fake, format!("http://{addr}"))
+}
+
+impl Fake {
+    fn set(&self, payment: &str, refunds: Value) {
+        self.refunds.lock().unwrap().insert(
+            payment.to_owned(),
+            refunds.as_array().cloned().unwrap_or_default(),
+        );
+    }
+
+    fn mode(&self, m: Mode) {
+        *self.mode.lock().unwrap() = m;
+    }
+}
+
+/// A service whose contract asks the fake authority, with the periodic worker off (tests run
+/// the reconciler themselves) unless `worker` is set; returns the config `reconcile_once` uses.
+async fn start(kind: Kind, base: &str, worker: Option<Duration>) -> (Service, ServiceConfig) {
+    start_text(
+        kind,
+        &CONTRACT.replace("http://127.0.0.1:8089", base),
+        worker,
+    )
+    .await
+}
+
+async fn start_text(kind: Kind, text: &str, worker: Option<Duration>) -> (Service, ServiceConfig) {
+    // Every test sets the same value, so concurrent tests never disagree about it.
+    std::env::set_var("PAYFLOW_API_TOKEN", API_TOKEN);
+    let contract = Arc::new(contract::parse("oncegate.toml", text).expect("the contract parses"));
+    let mut captured = None;
+    let s = Service::start_with(kind, |c| {
+        c.contract = contract;
+        c.reconciler.every = worker;
+        c.reconciler.sweep_every = Duration::ZERO;
+        c.reconciler.authority = AuthorityPolicy {
+            timeout: Duration::from_millis(400),
+            attempts: 2,
+            backoff: Duration::from_millis(20),
+            open_after: 50,
+            cool_down: Duration::from_secs(1),
+        };
+        captured = Some(c.clone());
+    })
+    .await;
+    (s, captured.expect("the config was built"))
+}
+
+async fn complete(s: &Service, answer: &Answer, result: Value) {
+    let eff = answer.body["effect"]["id"].as_str().unwrap();
+    let token = answer.body["reservation"]["token"].as_str().unwrap();
+    let done = s
+        .post_json(
+            &format!("/v1/effects/{eff}/complete"),
+            Some(INGEST),
+            json!({"token": token, "result": result}),
+        )
+        .await;
+    assert_eq!(done.status, 200, "{}", done.text);
+}
+
+async fn queue_item(s: &Service, delivery: &str) -> Value {
+    let q = s.get("/v1/queue?status=all", Some(OPERATOR)).await;
+    assert_eq!(q.status, 200, "{}", q.text);
+    q.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["delivery_id"] == delivery)
+        .cloned()
+        .unwrap_or_else(|| panic!("no queue item for {delivery}: {}", q.text))
+}
+
+async fn claim(s: &Service) -> Vec<Value> {
+    let c = s
+        .post_json(
+            "/v1/work/claim",
+            Some(INGEST),
+            json!({"limit": 10, "lease_seconds": 30}),
+        )
+        .await;
+    assert_eq!(c.status, 200, "{}", c.text);
+    c.body["items"].as_array().unwrap().clone()
+}
+
+pub async fn the_authority_releases_the_second_refund_and_recognizes_retries(kind: Kind) {
+    let (fake, base) = authority().await;
+    fake.set(
+        "pay_1",
+        json!([
+            {"id": "re_A", "amount": 1500, "currency": "EUR"},
+            {"id": "re_B", "amount": 15e2, "currency": "EUR"},
+        ]),
+    );
+    let (s, config) = start(kind, &base, None).await;
+
+    let first = s
+        .payflow("acme", &refund("pay_1", "1500", "2024-05-03T09:00:00Z"))
+        .await;
+    assert_eq!(first.str("action"), "process", "{}", first.text);
+    complete(&s, &first, json!({"refund": "local_1"})).await;
+    let second = s
+        .payflow("acme", &refund("pay_1", "1500", "2024-05-03T09:04:00Z"))
+        .await;
+    assert_eq!(second.str("action"), "reconcile", "{}", second.text);
+    let second_id = second.str("delivery_id").to_owned();
+
+    // The authority lists two refunds of 1500 and one is applied: the second is released
+    // carrying the unmatched reference.
+    let run = reconcile_once(&config).await.expect("the reconciler runs");
+    assert_eq!(run.items.len(), 1, "{run:?}");
+    assert_eq!(run.items[0].delivery.to_string(), second_id);
+    assert_eq!(run.items[0].verdict, "distinct");
+    assert_eq!(run.items[0].authoritative_ref.as_deref(), Some("re_B"));
+    let item = queue_item(&s, &second_id).await;
+    assert_eq!(item["status"], "resolved", "{item}");
+    assert_eq!(item["resolution"]["outcome"], "distinct", "{item}");
+    assert_eq!(item["resolution"]["by"], "reconciler", "{item}");
+    let evidence = &item["resolution_evidence"];
+    assert_eq!(
+        evidence["operations"].as_array().unwrap().len(),
+        2,
+        "{item}"
+    );
+    assert_eq!(evidence["authoritative_ref"], "re_B");
+
+    // The released effect is claimable work carrying its reference, handed out once.
+    let work = claim(&s).await;
+    assert_eq!(work.len(), 1, "{work:?}");
+    assert_eq!(work[0]["authoritative_ref"], "re_B");
+    assert_eq!(work[0]["delivery_id"], second_id.as_str());
+    let eff = work[0]["effect_id"].as_str().unwrap();
+    let token = work[0]["reservation"]["token"].as_str().unwrap();
+    let done = s
+        .post_json(
+            &format!("/v1/effects/{eff}/complete"),
+            Some(INGEST),
+            json!({"token": token, "result": {"refund": "local_2"}}),
+        )
+        .await;
+    assert_eq!(done.status, 200, "{}", done.text);
+
+    // A later retry of either refund (the provider resends the same body) is recognized: both
+    // operations are accounted for, re_B by its reference, so it is a duplicate.
+    let retry = s
+        .payflow("acme", &refund("pay_1", "1500", "2024-05-03T09:30:00Z"))
+        .await;
+    assert_eq!(retry.str("action"), "reconcile", "{}", retry.text);
+    let run = reconcile_once(&config).await.expect("the reconciler runs");
+    assert_eq!(run.items.len(), 1, "{run:?}");
+    assert_eq!(run.items[0].verdict, "duplicate", "{run:?}");
+    assert!(claim(&s).await.is_empty(), "nothing is released twice");
+    let item = queue_item(&s, retry.str("delivery_id")).await;
+    assert_eq!(item["resolution"]["outcome"], "duplicate", "{item}");
+    assert_eq!(item["resolution"]["by"], "reconciler");
+
+    let report = s.report(OPERATOR).await;
+    assert_no_gap(&report);
+    assert_eq!(
+        report.body["total"]["reconcile_resolved"], 2,
+        "{}",
+        report.text
+    );
+    assert_eq!(
+        report.body["total"]["reconcile_pending"], 0,
+        "{}",
+        report.text
+    );
+    s.stop().await;
+}
+
+pub async fn a_dead_authority_leaves_the_item_open_and_never_slows_ingestion(kind: Kind) {
+    let (fake, base) = authority().await;
+    fake.mode(Mode::Down);
+    let (s, config) = start(kind, &base, None).await;
+    let first = s
+        .payflow("acme", &refund("pay_2", "900", "2024-05-03T09:00:00Z"))
+        .await;
+    complete(&s, &first, json!({"refund": "local_1"})).await;
+    let second = s
+        .payflow("acme", &refund("pay_2", "900", "2024-05-03T09:04:00Z"))
+        .await;
+    assert_eq!(second.str("action"), "reconcile");
+    let second_id = second.str("delivery_id").to_owned();
+
+    let run = reconcile_once(&config).await.expect("the reconciler runs");
+    assert_eq!(run.items[0].verdict, "open", "{run:?}");
+    let item = queue_item(&s, &second_id).await;
+    assert_eq!(item["status"], "open");
+    assert!(
+        item["last_error"].as_str().unwrap().contains("503"),
+        "{item}"
+    );
+    assert!(item["last_attempt_at"].is_string(), "{item}");
+    assert_eq!(item["reconcile_attempts"], 1);
+    let report = s.report(OPERATOR).await;
+    assert_eq!(
+        report.body["total"]["reconcile_pending"], 1,
+        "{}",
+        report.text
+    );
+
+    // While the authority hangs, a reconciliation is under way and deliveries still post fast.
+    fake.mode(Mode::Hang);
+    let slow = tokio::spawn({
+        let config = config.clone();
+        async move { reconcile_once(&config).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    let third = s
+        .payflow("acme", &refund("pay_3", "100", "2024-05-03T09:05:00Z"))
+        .await;
+    assert_eq!(third.str("action"), "process", "{}", third.text);
+    assert!(
+        started.elapsed() < Duration::from_millis(300),
+        "a post took {:?} while the authority hung",
+        started.elapsed()
+    );
+    let run = slow.await.unwrap().expect("the reconciler runs");
+    assert_eq!(run.items[0].verdict, "open");
+    let item = queue_item(&s, &second_id).await;
+    assert!(
+        item["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer"),
+        "{item}"
+    );
+    assert_eq!(item["reconcile_attempts"], 2);
+    s.stop().await;
+}
+
+pub async fn the_worker_in_serve_reconciles_and_counts_attempts(kind: Kind) {
+    let (fake, base) = authority().await;
+    fake.mode(Mode::Down);
+    let (s, _) = start(kind, &base, Some(Duration::from_millis(100))).await;
+    let first = s
+        .payflow("acme", &refund("pay_4", "300", "2024-05-03T09:00:00Z"))
+        .await;
+    complete(&s, &first, json!({})).await;
+    let second = s
+        .payflow("acme", &refund("pay_4", "300", "2024-05-03T09:04:00Z"))
+        .await;
+    let second_id = second.str("delivery_id").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = s.get("/metrics", Some(OPERATOR)).await.text;
+        if text.contains("oncegate_reconcile_attempts_total{outcome=\"error\"}") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no error attempt counted: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The authority comes back with the two refunds: the worker releases the second.
+    fake.set(
+        "pay_4",
+        json!([{"id": "re_1", "amount": 300, "currency": "EUR"}, {"id": "re_2", "amount": 300, "currency": "EUR"}]),
+    );
+    fake.mode(Mode::Answer);
+    loop {
+        let item = queue_item(&s, &second_id).await;
+        if item["status"] == "resolved" {
+            assert_eq!(item["resolution"]["outcome"], "distinct", "{item}");
+            assert_eq!(item["resolution"]["authoritative_ref"], "re_2", "{item}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker never resolved it: {item}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let text = s.get("/metrics", Some(OPERATOR)).await.text;
+    assert!(
+        text.contains("oncegate_reconcile_attempts_total{outcome=\"distinct\"} 1"),
+        "{text}"
+    );
+    s.stop().await;
+}
+
+pub async fn expired_leases_verify_critical_and_release_reversible(kind: Kind) {
+    let (fake, base) = authority().await;
+    let (s, config) = start(kind, &base, None).await;
+
+    // Critical: the worker crashed after the refund (no complete).
+    let crashed = s
+        .payflow("acme", &refund("pay_5", "700", "2024-05-03T09:00:00Z"))
+        .await;
+    assert_eq!(crashed.str("action"), "process");
+    let eff = crashed.body["effect"]["id"].as_str().unwrap().to_owned();
+    let token = crashed.body["reservation"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.advance(120);
+    // The sweep `serve` runs every few seconds, run now (it is idempotent).
+    config.store.expire_leases(s.now()).await.unwrap();
+    let item = queue_item(&s, crashed.str("delivery_id")).await;
+    assert_eq!(item["kind"], "reconcile", "{item}");
+    assert_eq!(item["proposed_action"], "verify", "{item}");
+    assert!(
+        item["reason"]
+            .as_str()
+            .unwrap()
+            .contains("verify before retry"),
+        "{item}"
+    );
+    assert_eq!(item["existing_effect_id"], eff.as_str());
+    let late = s
+        .post_json(
+            &format!("/v1/effects/{eff}/complete"),
+            Some(INGEST),
+            json!({"token": token, "result": {}}),
+        )
+        .await;
+    assert_eq!(late.status, 409, "{}", late.text);
+    assert!(
+        claim(&s).await.is_empty(),
+        "a critical effect is never re-run blindly"
+    );
+
+    // The authority shows the refund happened: verified, settled, never applied again.
+    fake.set(
+        "pay_5",
+        json!([{"id": "re_5", "amount": 700, "currency": "EUR"}]),
+    );
+    let run = reconcile_once(&config).await.unwrap();
+    assert_eq!(run.items.len(), 1, "{run:?}");
+    assert_eq!(run.items[0].verdict, "duplicate", "{run:?}");
+    let proof = s.proof(crashed.str("delivery_id")).await;
+    assert_eq!(proof.body["effect"]["state"], "completed", "{}", proof.text);
+    assert!(claim(&s).await.is_empty());
+
+    // Reversible: released for takeover under a new token; the late holder gets 409.
+    let notify = r#"{"event_id":"evt_r1","customer":"c_1","sent_at":"2024-05-01T10:00:00Z"}"#;
+    let n1 = s
+        .shopline(
+            "acme",
+            "customers/notify",
+            "msg_r1",
+            notify,
+            SHOPLINE_KEY,
+            s.now().unix_timestamp(),
+        )
+        .await;
+    assert_eq!(n1.str("action"), "process", "{}", n1.text);
+    let n_eff = n1.body["effect"]["id"].as_str().unwrap().to_owned();
+    let n_token = n1.body["reservation"]["token"].as_str().unwrap().to_owned();
+    s.advance(120);
+    config.store.expire_leases(s.now()).await.unwrap();
+    let work = claim(&s).await;
+    assert_eq!(work.len(), 1, "{work:?}");
+    assert_eq!(work[0]["effect_id"], n_eff.as_str());
+    assert_eq!(work[0]["reservation"]["fencing"], 3, "{work:?}");
+    let stale = s
+        .post_json(
+            &format!("/v1/effects/{n_eff}/complete"),
+            Some(INGEST),
+            json!({"token": n_token, "result": {}}),
+        )
+        .await;
+    assert_eq!(stale.status, 409, "{}", stale.text);
+    assert_eq!(stale.error_code(), "stale_token");
+    let token = work[0]["reservation"]["token"].as_str().unwrap();
+    let done = s
+        .post_json(
+            &format!("/v1/effects/{n_eff}/complete"),
+            Some(INGEST),
+            json!({"token": token, "result": {}}),
+        )
+        .await;
+    assert_eq!(done.status, 200, "{}", done.text);
+    s.stop().await;
+}
+
+pub async fn the_sweep_reports_operations_with_no_local_effect(kind: Kind) {
+    let (fake, base) = authority().await;
+    fake.set(
+        "pay_7",
+        json!([
+            {"id": "re_1", "amount": 100, "currency": "EUR"},
+            {"id": "re_2", "amount": 100, "currency": "EUR"},
+            {"id": "re_3", "amount": 200, "currency": "EUR"},
+        ]),
+    );
+    let text = CONTRACT
+        .replace("http://127.0.0.1:8089", &base)
+        .replace("# sweep_window = \"24h\"", "sweep_window = \"24h\"");
+    assert!(
+        text.contains("\n  sweep_window"),
+        "the example names the setting"
+    );
+    let (s, config) = start_text(kind, &text, None).await;
+    let first = s
+        .payflow("acme", &refund("pay_7", "100", "2024-05-03T09:00:00Z"))
+        .await;
+    complete(&s, &first, json!({})).await;
+
+    let run = reconcile_once(&config).await.unwrap();
+    assert_eq!(run.sweep.len(), 1, "{run:?}");
+    assert_eq!(run.sweep[0].scope.resource, "pay_7");
+    assert_eq!(run.sweep[0].missing, vec!["re_2", "re_3"], "{run:?}");
+    let report = s.report(OPERATOR).await;
+    assert_no_gap(&report);
+    assert_eq!(
+        report.body["total"]["missing_at_source"], 2,
+        "{}",
+        report.text
+    );
+
+    // The provider's other refunds arrive and are applied: nothing is missing any more.
+    fake.set(
+        "pay_7",
+        json!([{"id": "re_1", "amount": 100, "currency": "EUR"}]),
+    );
+    let run = reconcile_once(&config).await.unwrap();
+    assert!(run.sweep[0].missing.is_empty(), "{run:?}");
+    let report = s.report(OPERATOR).await;
+    assert_eq!(
+        report.body["total"]["missing_at_source"], 0,
+        "{}",
+        report.text
+    );
+    s.stop().await;
+}
+
+pub async fn the_worker_publishes_missing_effects(kind: Kind) {
+    let (fake, base) = authority().await;
+    fake.set(
+        "pay_8",
+        json!([
+            {"id": "re_1", "amount": 100, "currency": "EUR"},
+            {"id": "re_2", "amount": 100, "currency": "EUR"},
+        ]),
+    );
+    let text = CONTRACT
+        .replace("http://127.0.0.1:8089", &base)
+        .replace("# sweep_window = \"24h\"", "sweep_window = \"24h\"");
+    let (s, _) = start_text(kind, &text, Some(Duration::from_millis(100))).await;
+    let first = s
+        .payflow("acme", &refund("pay_8", "100", "2024-05-03T09:00:00Z"))
+        .await;
+    complete(&s, &first, json!({})).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let expected = "oncegate_missing_effects{provider=\"payflow\",env=\"live\",event_type=\"refund.created\"} 1";
+    loop {
+        let text = s.get("/metrics", Some(OPERATOR)).await.text;
+        if text.contains(expected) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no missing effect published: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    s.stop().await;
+}

@@ -1,0 +1,475 @@
+//! The collision breaker: per strategy (name + version), provider, environment and event type,
+//! a rolling window of key matches and of the collisions among them. When the share of
+//! collisions passes the contract's threshold over at least its minimum sample, the breaker
+//! opens, and from then on what the matrix would `ignore` for that strategy is reconciled
+//! instead. Only an operator closes it, with a note.
+//!
+//! The window is kept as time buckets of counters (one row per scope and bucket), so old
+//! matches age out by leaving the window rather than by being rewritten; buckets older than
+//! the window are deleted as new matches arrive. Closing a breaker clears its window: the
+//! operator reviewed the collisions so far, and keeping them would reopen it at the next match.
+//!
+//! Opening is a conditional upsert on the breaker's row (`… WHERE state = 'closed'`), so under
+//! any concurrency exactly one recorder sees "it opened now" and logs it.
+
+use time::{Duration, OffsetDateTime};
+
+use crate::codes::{duration_ms, from_ms, ms};
+use crate::error::StoreError;
+use crate::sql::{int, text, Row, Tx, Value};
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+/// Which strategy a breaker guards: a new strategy version starts with a fresh breaker, like it
+/// starts with fresh keys.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BreakerScope {
+    pub provider: String,
+    pub env: String,
+    pub event_type: String,
+    pub strategy: String,
+    pub version: u32,
+}
+
+impl BreakerScope {
+    /// `name@version`, as metrics and the command line spell a strategy.
+    pub fn strategy_label(&self) -> String {
+        format!("{}@{}", self.strategy, self.version)
+    }
+}
+
+impl std::fmt::Display for BreakerScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{}/{} {}@{}",
+            self.provider, self.env, self.event_type, self.strategy, self.version
+        )
+    }
+}
+
+/// When a breaker opens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BreakerRule {
+    /// The share of matches that may be collisions; strictly more opens the breaker.
+    pub threshold: f64,
+    /// No breaker opens on fewer matches than this in the window.
+    pub min_sample: u32,
+    /// How far back matches count.
+    pub window: Duration,
+}
+
+impl BreakerRule {
+    /// A rule over the default window of 24 hours (the contract's defaults are a threshold of
+    /// 0.005 and a minimum sample of 200).
+    pub fn new(threshold: f64, min_sample: u32) -> Self {
+        BreakerRule {
+            threshold,
+            min_sample,
+            window: Duration::hours(24),
+        }
+    }
+
+    /// Whether these counts trip the breaker.
+    pub fn trips(&self, matches: u64, collisions: u64) -> bool {
+        matches > 0
+            && matches >= u64::from(self.min_sample)
+            && (collisions as f64) / (matches as f64) > self.threshold
+    }
+
+    /// The length of one counter bucket: a 24th of the window, between a minute and an hour,
+    /// so the window slides in small steps without a row per match.
+    fn bucket_ms(&self) -> i64 {
+        (duration_ms(self.window) / 24).clamp(60_000, 3_600_000)
+    }
+
+    /// The start of the oldest bucket still inside the window at `now`.
+    fn cutoff(&self, now: OffsetDateTime) -> i64 {
+        ms(now).saturating_sub(duration_ms(self.window))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BreakerState {
+    /// Matches are decided normally.
+    Closed,
+    /// Ignores become reconcile until an operator closes it.
+    Open,
+}
+
+impl BreakerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<BreakerState> {
+        [BreakerState::Closed, BreakerState::Open]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+}
+
+/// One breaker as stored, with its current window's counts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Breaker {
+    pub scope: BreakerScope,
+    pub state: BreakerState,
+    /// When it last opened, why (one sentence with the counts), and the counts then.
+    pub opened_at: Option<OffsetDateTime>,
+    pub reason: Option<String>,
+    pub opened_matches: u64,
+    pub opened_collisions: u64,
+    /// Who closed it last, when, and their note.
+    pub closed_at: Option<OffsetDateTime>,
+    pub closed_by: Option<String>,
+    pub note: Option<String>,
+    /// Matches and collisions inside the window now (zero right after a close).
+    pub matches: u64,
+    pub collisions: u64,
+}
+
+impl Breaker {
+    pub fn is_open(&self) -> bool {
+        self.state == BreakerState::Open
+    }
+
+    fn closed(scope: BreakerScope) -> Breaker {
+        Breaker {
+            scope,
+            state: BreakerState::Closed,
+            opened_at: None,
+            reason: None,
+            opened_matches: 0,
+            opened_collisions: 0,
+            closed_at: None,
+            closed_by: None,
+            note: None,
+            matches: 0,
+            collisions: 0,
+        }
+    }
+}
+
+/// What recording one match did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerRecord {
+    /// The breaker after this match, with the window's counts.
+    pub breaker: Breaker,
+    /// True for exactly one recorder: the one whose match opened it.
+    pub opened_now: bool,
+}
+
+fn scope_params(s: &BreakerScope) -> Vec<Value> {
+    vec![
+        text(s.provider.as_str()),
+        text(s.env.as_str()),
+        text(s.event_type.as_str()),
+        text(s.strategy.as_str()),
+        int(i64::from(s.version)),
+    ]
+}
+
+const SCOPE_WHERE: &str =
+    "provider = $1 AND env = $2 AND event_type = $3 AND strategy_name = $4 AND strategy_version = $5";
+
+const BREAKER_COLS: &str =
+    "provider, env, event_type, strategy_name, strategy_version, state, opened_at, reason, \
+     opened_matches, opened_collisions, closed_at, closed_by, note";
+
+fn scope_from(row: &Row) -> Result<BreakerScope> {
+    Ok(BreakerScope {
+        provider: row.text(0)?,
+        env: row.text(1)?,
+        event_type: row.text(2)?,
+        strategy: row.text(3)?,
+        version: u32::try_from(row.int(4)?)
+            .map_err(|_| StoreError::corrupt("a strategy version is out of range"))?,
+    })
+}
+
+fn breaker_from(row: &Row) -> Result<Breaker> {
+    let state = row.text(5)?;
+    Ok(Breaker {
+        scope: scope_from(row)?,
+        state: BreakerState::parse(&state)
+            .ok_or_else(|| StoreError::corrupt(format!("unknown breaker state {state:?}")))?,
+        opened_at: row.opt_int(6)?.map(from_ms).transpose()?,
+        reason: row.opt_text(7)?,
+        opened_matches: row.opt_int(8)?.unwrap_or(0).max(0) as u64,
+        opened_collisions: row.opt_int(9)?.unwrap_or(0).max(0) as u64,
+        closed_at: row.opt_int(10)?.map(from_ms).transpose()?,
+        closed_by: row.opt_text(11)?,
+        note: row.opt_text(12)?,
+        matches: 0,
+        collisions: 0,
+    })
+}
+
+async fn window_counts<T: Tx + Send>(
+    tx: &mut T,
+    scope: &BreakerScope,
+    cutoff: i64,
+) -> Result<(u64, u64)> {
+    let mut params = scope_params(scope);
+    params.push(int(cutoff));
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT CAST(COALESCE(SUM(matches), 0) AS BIGINT), CAST(COALESCE(SUM(collisions), 0) AS BIGINT) FROM breaker_counts \
+                 WHERE {SCOPE_WHERE} AND bucket >= $6"
+            ),
+            &params,
+        )
+        .await?;
+    // PostgreSQL's SUM over BIGINT is NUMERIC, hence the casts: both backends then answer
+    // a plain integer.
+    let row = rows
+        .first()
+        .ok_or_else(|| StoreError::corrupt("a breaker window sum returned no row"))?;
+    Ok((row.int(0)?.max(0) as u64, row.int(1)?.max(0) as u64))
+}
+
+async fn stored<T: Tx + Send>(tx: &mut T, scope: &BreakerScope) -> Result<Option<Breaker>> {
+    let rows = tx
+        .query(
+            &format!("SELECT {BREAKER_COLS} FROM breakers WHERE {SCOPE_WHERE}"),
+            &scope_params(scope),
+        )
+        .await?;
+    rows.first().map(breaker_from).transpose()
+}
+
+/// Counts one key match (and whether it was a collision) and opens the breaker when the
+/// window's counts trip the rule.
+pub(crate) async fn record<T: Tx + Send>(
+    tx: &mut T,
+    scope: &BreakerScope,
+    collision: bool,
+    rule: &BreakerRule,
+    now: OffsetDateTime,
+) -> Result<BreakerRecord> {
+    let now_ms = ms(now);
+    let bucket_ms = rule.bucket_ms();
+    let bucket = now_ms - now_ms.rem_euclid(bucket_ms);
+    let cutoff = rule.cutoff(now);
+    let mut add = scope_params(scope);
+    add.extend([int(bucket), int(i64::from(collision))]);
+    let mut expire = scope_params(scope);
+    // A bucket wholly before the window never counts again.
+    expire.push(int(cutoff.saturating_sub(bucket_ms)));
+    tx.exec_all(&[
+        (
+            "INSERT INTO breaker_counts (provider, env, event_type, strategy_name, strategy_version, bucket, matches, collisions) \
+             VALUES ($1, $2, $3, $4, $5, $6, 1, $7) \
+             ON CONFLICT (provider, env, event_type, strategy_name, strategy_version, bucket) \
+             DO UPDATE SET matches = breaker_counts.matches + 1, collisions = breaker_counts.collisions + excluded.collisions",
+            add,
+        ),
+        (
+            "DELETE FROM breaker_counts WHERE provider = $1 AND env = $2 AND event_type = $3 AND strategy_name = $4 \
+             AND strategy_version = $5 AND bucket < $6",
+            expire,
+        ),
+    ])
+    .await?;
+    // Buckets are whole, so the window is the buckets that start after `cutoff - bucket`: a
+    // match is counted for at most one bucket longer than the window, never less.
+    let (matches, collisions) = window_counts(tx, scope, cutoff.saturating_sub(bucket_ms)).await?;
+    let mut opened_now = false;
+    if rule.trips(matches, collisions) {
+        let reason = format!(
+            "{collisions} of the last {matches} key matches of {} on {}/{}/{} were collisions ({:.2} %), over the threshold of {:.2} % (minimum sample {}).",
+            scope.strategy_label(),
+            scope.provider,
+            scope.env,
+            scope.event_type,
+            100.0 * collisions as f64 / matches as f64,
+            100.0 * rule.threshold,
+            rule.min_sample,
+        );
+        let mut params = scope_params(scope);
+        params.extend([
+            int(now_ms),
+            text(reason),
+            int(matches as i64),
+            int(collisions as i64),
+        ]);
+        // Only a closed (or absent) breaker opens: the one recorder whose update returns a row
+        // is the one that opened it.
+        let rows = tx
+            .query(
+                "INSERT INTO breakers (provider, env, event_type, strategy_name, strategy_version, state, opened_at, reason, \
+                 opened_matches, opened_collisions, closed_at, closed_by, note) \
+                 VALUES ($1, $2, $3, $4, $5, 'open', $6, $7, $8, $9, NULL, NULL, NULL) \
+                 ON CONFLICT (provider, env, event_type, strategy_name, strategy_version) \
+                 DO UPDATE SET state = 'open', opened_at = excluded.opened_at, reason = excluded.reason, \
+                 opened_matches = excluded.opened_matches, opened_collisions = excluded.opened_collisions \
+                 WHERE breakers.state = 'closed' \
+                 RETURNING state",
+                &params,
+            )
+            .await?;
+        opened_now = !rows.is_empty();
+    }
+    let mut breaker = stored(tx, scope)
+        .await?
+        .unwrap_or_else(|| Breaker::closed(scope.clone()));
+    breaker.matches = matches;
+    breaker.collisions = collisions;
+    Ok(BreakerRecord {
+        breaker,
+        opened_now,
+    })
+}
+
+/// The breaker of one scope (closed with no history when it never opened).
+pub(crate) async fn read<T: Tx + Send>(
+    tx: &mut T,
+    scope: &BreakerScope,
+    rule: &BreakerRule,
+    now: OffsetDateTime,
+) -> Result<Breaker> {
+    let mut breaker = stored(tx, scope)
+        .await?
+        .unwrap_or_else(|| Breaker::closed(scope.clone()));
+    let (matches, collisions) =
+        window_counts(tx, scope, rule.cutoff(now).saturating_sub(rule.bucket_ms())).await?;
+    breaker.matches = matches;
+    breaker.collisions = collisions;
+    Ok(breaker)
+}
+
+/// Every breaker that ever opened, and every scope with matches in the window, sorted by scope.
+pub(crate) async fn list<T: Tx + Send>(
+    tx: &mut T,
+    rule: &BreakerRule,
+    now: OffsetDateTime,
+) -> Result<Vec<Breaker>> {
+    let mut all: std::collections::BTreeMap<BreakerScope, Breaker> = Default::default();
+    for row in tx
+        .query(&format!("SELECT {BREAKER_COLS} FROM breakers"), &[])
+        .await?
+    {
+        let b = breaker_from(&row)?;
+        all.insert(b.scope.clone(), b);
+    }
+    let cutoff = rule.cutoff(now).saturating_sub(rule.bucket_ms());
+    for row in tx
+        .query(
+            "SELECT provider, env, event_type, strategy_name, strategy_version, CAST(SUM(matches) AS BIGINT), CAST(SUM(collisions) AS BIGINT) \
+             FROM breaker_counts WHERE bucket >= $1 \
+             GROUP BY provider, env, event_type, strategy_name, strategy_version",
+            &[int(cutoff)],
+        )
+        .await?
+    {
+        let scope = scope_from(&row)?;
+        let b = all
+            .entry(scope.clone())
+            .or_insert_with(|| Breaker::closed(scope));
+        b.matches = row.int(5)?.max(0) as u64;
+        b.collisions = row.int(6)?.max(0) as u64;
+    }
+    Ok(all.into_values().collect())
+}
+
+/// Closes an open breaker with the operator's note, and clears its window.
+pub(crate) async fn close<T: Tx + Send>(
+    tx: &mut T,
+    scope: &BreakerScope,
+    note: &str,
+    by: &str,
+    now: OffsetDateTime,
+) -> Result<Breaker> {
+    let mut params = scope_params(scope);
+    params.extend([int(ms(now)), text(by), text(note)]);
+    // The guarded update comes first: of two operators closing at once, one changes the row.
+    let n = tx
+        .exec(
+            &format!(
+                "UPDATE breakers SET state = 'closed', closed_at = $6, closed_by = $7, note = $8 \
+                 WHERE {SCOPE_WHERE} AND state = 'open'"
+            ),
+            &params,
+        )
+        .await?;
+    if n == 0 {
+        return Err(match stored(tx, scope).await? {
+            Some(_) => StoreError::Conflict(format!("the breaker of {scope} is not open")),
+            None => StoreError::NotFound {
+                what: "open breaker",
+                id: scope.to_string(),
+            },
+        });
+    }
+    tx.exec(
+        &format!("DELETE FROM breaker_counts WHERE {SCOPE_WHERE}"),
+        &scope_params(scope),
+    )
+    .await?;
+    stored(tx, scope)
+        .await?
+        .ok_or_else(|| StoreError::corrupt("a closed breaker vanished"))
+}
+
+/// The tables of schema version 3. Plain types, composite primary keys, no foreign keys: what
+/// SQLite, PostgreSQL, CockroachDB and YugabyteDB all accept.
+pub(crate) const SCHEMA_V3: &str = r#"
+CREATE TABLE IF NOT EXISTS breaker_counts (
+    provider TEXT NOT NULL,
+    env TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    strategy_name TEXT NOT NULL,
+    strategy_version BIGINT NOT NULL,
+    bucket BIGINT NOT NULL,
+    matches BIGINT NOT NULL,
+    collisions BIGINT NOT NULL,
+    PRIMARY KEY (provider, env, event_type, strategy_name, strategy_version, bucket)
+);
+CREATE INDEX IF NOT EXISTS breaker_counts_bucket ON breaker_counts (bucket);
+
+CREATE TABLE IF NOT EXISTS breakers (
+    provider TEXT NOT NULL,
+    env TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    strategy_name TEXT NOT NULL,
+    strategy_version BIGINT NOT NULL,
+    state TEXT NOT NULL,
+    opened_at BIGINT,
+    reason TEXT,
+    opened_matches BIGINT,
+    opened_collisions BIGINT,
+    closed_at BIGINT,
+    closed_by TEXT,
+    note TEXT,
+    PRIMARY KEY (provider, env, event_type, strategy_name, strategy_version)
+);
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rule_needs_the_sample_and_strictly_more_than_the_threshold() {
+        let rule = BreakerRule::new(0.005, 200);
+        assert!(!rule.trips(199, 100), "under the minimum sample");
+        assert!(!rule.trips(200, 1), "exactly 0.5 % does not trip");
+        assert!(rule.trips(200, 2), "1 % trips");
+        assert!(!rule.trips(0, 0));
+        assert!(BreakerRule::new(0.0, 0).trips(1, 1));
+    }
+
+    #[test]
+    fn buckets_are_a_24th_of_the_window_within_bounds() {
+        assert_eq!(BreakerRule::new(0.1, 1).bucket_ms(), 3_600_000);
+        let short = BreakerRule {
+            window: Duration::minutes(10),
+            ..BreakerRule::new(0.1, 1)
+        };
+        assert_eq!(short.bucket_ms(), 60_000);
+    }
+}

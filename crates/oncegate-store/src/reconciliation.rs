@@ -1,0 +1,369 @@
+//! What the reconciler and the lease sweeper need from storage: the local effects of one
+//! resource, a record of each attempt to settle a queue item, resolutions with their evidence,
+//! expired reservations turned into verifications (critical) or takeovers (reversible), and
+//! the authority operations found with no local effect (invisible losses).
+//!
+//! Written once against `sql::Tx`, like `operations`, and run by both backends.
+
+use std::collections::BTreeMap;
+
+use oncegate_core::ids::{EffectId, QueueItemId};
+use time::OffsetDateTime;
+
+use crate::codes::{self, ms, new_id};
+use crate::delivery::TenantFilter;
+use crate::effect::EffectRecord;
+use crate::error::StoreError;
+use crate::operations::{self, EFFECT_COLS, QUEUE_COLS};
+use crate::plan;
+use crate::queue::{QueueItem, Resolution, ResolutionOutcome};
+use crate::sql::{int, opt_text, text, Query, Row, Tx, Value};
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+/// One resource of one type, in one tenant, provider and environment: the unit the authority
+/// is asked about.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ResourceScope {
+    pub tenant: String,
+    pub provider: String,
+    pub env: String,
+    pub event_type: String,
+    pub resource: String,
+}
+
+/// One attempt of the reconciler on a queue item that it could not settle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReconcileAttempt {
+    pub at: OffsetDateTime,
+    /// Why the item stays open: no authority, an error, an inconclusive answer.
+    pub error: String,
+    /// What the authority answered, when it answered (JSON text, sensitive values masked).
+    pub evidence: Option<String>,
+}
+
+/// An operation the authority lists for a resource with no local effect to match it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingOperation {
+    /// The authority's own reference of the operation.
+    pub reference: String,
+    /// Its discriminants, in the same canonical (masked) form as the effects'.
+    pub discriminants: BTreeMap<String, String>,
+}
+
+/// The reason written on a "verify before retry" item.
+pub const VERIFY_BEFORE_RETRY: &str = "the reservation's lease expired with neither complete nor fail, so the outcome is unknown: verify before retry";
+
+/// The most local effects one resource lists; a resource with more is reconciled by a person.
+const MAX_RESOURCE_EFFECTS: i64 = 1000;
+
+/// Turns expired reservations into what the product promises instead of a silent re-run:
+/// critical effects become `unknown` with a "verify before retry" reconcile item (unless an
+/// open item already points at them); reversible ones are released for takeover under the next
+/// fencing token, so the late holder's `complete` is refused as stale. Returns every effect it
+/// moved, sorted.
+pub(crate) async fn expire_leases<T: Tx + Send>(
+    tx: &mut T,
+    now: OffsetDateTime,
+) -> Result<Vec<EffectId>> {
+    let now_ms = ms(now);
+    // Each guarded update returns only the rows it moved, so two sweepers never both act on
+    // the same effect.
+    let released = tx
+        .query(
+            "UPDATE effects SET state = 'released', fencing_token = fencing_token + 1, lease_until = NULL, holder = NULL, \
+             updated_at = $1 WHERE state = 'reserved' AND lease_until <= $1 AND critical = FALSE RETURNING id",
+            &[int(now_ms)],
+        )
+        .await?;
+    let unknown = tx
+        .query(
+            "UPDATE effects SET state = 'unknown', updated_at = $1 WHERE state = 'reserved' AND lease_until <= $1 \
+             RETURNING id, tenant, provider, env, event_type, strategy_name, strategy_version, strategy_level, key_value, \
+             scope_hash, durable, discriminants, first_delivery, resource, critical",
+            &[int(now_ms)],
+        )
+        .await?;
+    let mut ids = Vec::new();
+    for r in &released {
+        ids.push(plan::parse_effect_id(&r.text(0)?)?);
+    }
+    for r in &unknown {
+        let effect = r.text(0)?;
+        ids.push(plan::parse_effect_id(&effect)?);
+        let open = tx
+            .query(
+                "SELECT COUNT(*) FROM queue_items WHERE existing_effect = $1 AND status = 'open'",
+                &[text(effect.as_str())],
+            )
+            .await?;
+        if open.first().map(|c| c.int(0)).transpose()?.unwrap_or(0) > 0 {
+            // A delivery already asked for this effect to be verified; one item is enough.
+            continue;
+        }
+        verify_item(tx, r, now).await?;
+    }
+    ids.sort();
+    Ok(ids)
+}
+
+/// Opens the "verify before retry" item of an effect whose outcome became unknown.
+async fn verify_item<T: Tx + Send>(tx: &mut T, r: &Row, now: OffsetDateTime) -> Result<()> {
+    let id = QueueItemId::from_u128(new_id(now));
+    let first_delivery = r.text(12)?;
+    tx.exec(
+        "INSERT INTO queue_items (id, kind, status, delivery_id, tenant, provider, env, event_type, strategy_name, \
+         strategy_version, strategy_level, key_value, scope_hash, durable, horizon_ms, discriminants, existing_effect, \
+         first_delivery, differences, existing_result, proposed, reason, created_at, resource, critical) \
+         VALUES ($1, 'reconcile', 'open', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, NULL, $13, $14, $2, '[]', NULL, \
+         'verify', $15, $16, $17, $18)",
+        &[
+            text(id.as_str()),
+            text(first_delivery),
+            text(r.text(1)?),
+            text(r.text(2)?),
+            text(r.text(3)?),
+            opt_text(r.opt_text(4)?),
+            opt_text(r.opt_text(5)?),
+            Value::Int(r.opt_int(6)?),
+            opt_text(r.opt_text(7)?),
+            opt_text(r.opt_text(8)?),
+            opt_text(r.opt_text(9)?),
+            Value::Bool(r.boolean(10)?),
+            text(r.text(11)?),
+            text(r.text(0)?),
+            text(VERIFY_BEFORE_RETRY),
+            int(ms(now)),
+            opt_text(r.opt_text(13)?),
+            Value::Bool(r.boolean(14)?),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Every local effect of one resource, oldest first, without their links.
+pub(crate) async fn resource_effects<T: Tx + Send>(
+    tx: &mut T,
+    scope: &ResourceScope,
+) -> Result<Vec<EffectRecord>> {
+    let sql = format!(
+        "SELECT {EFFECT_COLS} FROM effects e WHERE e.tenant = $1 AND e.provider = $2 AND e.env = $3 \
+         AND e.event_type = $4 AND e.resource = $5 ORDER BY e.created_at, e.id LIMIT $6"
+    );
+    let rows = tx
+        .query(
+            &sql,
+            &[
+                text(scope.tenant.as_str()),
+                text(scope.provider.as_str()),
+                text(scope.env.as_str()),
+                text(scope.event_type.as_str()),
+                text(scope.resource.as_str()),
+                int(MAX_RESOURCE_EFFECTS),
+            ],
+        )
+        .await?;
+    rows.iter().map(operations::effect_from).collect()
+}
+
+async fn item_or_missing<T: Tx + Send>(tx: &mut T, id: &QueueItemId) -> Result<QueueItem> {
+    operations::queue_item(tx, id)
+        .await?
+        .ok_or_else(|| StoreError::NotFound {
+            what: "queue item",
+            id: id.to_string(),
+        })
+}
+
+/// Records an attempt that left the item open. A resolved item is a `Conflict`.
+pub(crate) async fn record_attempt<T: Tx + Send>(
+    tx: &mut T,
+    id: &QueueItemId,
+    attempt: &ReconcileAttempt,
+) -> Result<QueueItem> {
+    let n = tx
+        .exec(
+            "UPDATE queue_items SET attempts = attempts + 1, last_attempt_at = $2, last_error = $3, last_evidence = $4 \
+             WHERE id = $1 AND status = 'open'",
+            &[
+                text(id.as_str()),
+                int(ms(attempt.at)),
+                text(attempt.error.as_str()),
+                opt_text(attempt.evidence.as_deref()),
+            ],
+        )
+        .await?;
+    let item = item_or_missing(tx, id).await?;
+    if n == 0 {
+        return Err(StoreError::Conflict(format!(
+            "queue item {id} is already resolved"
+        )));
+    }
+    Ok(item)
+}
+
+/// Resolves an item like `resolve`, keeping the evidence the verdict rests on. A `duplicate`
+/// verdict on an effect whose outcome was unknown also settles that effect as completed: the
+/// authority shows the operation happened, so it must never be run again.
+pub(crate) async fn resolve_with_evidence<T: Tx + Send>(
+    tx: &mut T,
+    id: &QueueItemId,
+    resolution: &Resolution,
+    evidence: &str,
+) -> Result<QueueItem> {
+    let item = operations::resolve(tx, id, resolution).await?;
+    let now = ms(resolution.at);
+    tx.exec(
+        "UPDATE queue_items SET resolution_evidence = $2 WHERE id = $1",
+        &[text(id.as_str()), text(evidence)],
+    )
+    .await?;
+    if resolution.outcome == ResolutionOutcome::Duplicate {
+        if let Some(effect) = &item.existing_effect {
+            let result = serde_json::json!({
+                "verified_by": resolution.by,
+                "authoritative_ref": resolution.authoritative_ref,
+                "queue_item": id.as_str(),
+            })
+            .to_string();
+            tx.exec(
+                "UPDATE effects SET state = 'completed', result = $2, \
+                 authoritative_ref = COALESCE(authoritative_ref, $3), updated_at = $4 \
+                 WHERE id = $1 AND (state = 'unknown' OR (state = 'reserved' AND lease_until <= $4))",
+                &[
+                    text(effect.as_str()),
+                    text(result),
+                    opt_text(resolution.authoritative_ref.as_deref()),
+                    int(now),
+                ],
+            )
+            .await?;
+        }
+    }
+    item_or_missing(tx, id).await
+}
+
+/// The open reconcile items, least recently attempted first (never attempted ones before
+/// all others, then oldest first), at most `limit`: items that keep failing go to the back,
+/// so they never starve the ones behind them.
+pub(crate) async fn open_reconcile_items<T: Tx + Send>(
+    tx: &mut T,
+    limit: u32,
+) -> Result<Vec<QueueItem>> {
+    let sql = format!(
+        "SELECT {QUEUE_COLS} FROM queue_items q WHERE q.kind = 'reconcile' AND q.status = 'open' \
+         ORDER BY COALESCE(q.last_attempt_at, 0), q.created_at, q.id LIMIT $1"
+    );
+    let rows = tx.query(&sql, &[int(i64::from(limit))]).await?;
+    rows.iter().map(operations::queue_from).collect()
+}
+
+/// The resources that effects or queue items of a type were recorded for at or after `since`.
+pub(crate) async fn resources_seen<T: Tx + Send>(
+    tx: &mut T,
+    provider: &str,
+    event_type: &str,
+    since: OffsetDateTime,
+) -> Result<Vec<ResourceScope>> {
+    let rows = tx
+        .query(
+            "SELECT DISTINCT tenant, provider, env, event_type, resource FROM effects \
+             WHERE provider = $1 AND event_type = $2 AND resource IS NOT NULL AND created_at >= $3 \
+             UNION SELECT DISTINCT tenant, provider, env, event_type, resource FROM queue_items \
+             WHERE provider = $1 AND event_type = $2 AND resource IS NOT NULL AND created_at >= $3",
+            &[text(provider), text(event_type), int(ms(since))],
+        )
+        .await?;
+    let mut out: Vec<ResourceScope> = rows
+        .iter()
+        .map(|r| {
+            Ok(ResourceScope {
+                tenant: r.text(0)?,
+                provider: r.text(1)?,
+                env: r.text(2)?,
+                event_type: r.text(3)?,
+                resource: r.text(4)?,
+            })
+        })
+        .collect::<Result<_>>()?;
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// Replaces what the last sweep found missing for one resource: operations no longer missing
+/// are settled, the new list is recorded (first seen kept). Returns how many are missing now.
+pub(crate) async fn record_missing<T: Tx + Send>(
+    tx: &mut T,
+    scope: &ResourceScope,
+    missing: &[MissingOperation],
+    now: OffsetDateTime,
+) -> Result<u64> {
+    let now_ms = ms(now);
+    let scope_params = [
+        text(scope.tenant.as_str()),
+        text(scope.provider.as_str()),
+        text(scope.env.as_str()),
+        text(scope.event_type.as_str()),
+        text(scope.resource.as_str()),
+    ];
+    let mut settle = scope_params.to_vec();
+    settle.push(int(now_ms));
+    tx.exec(
+        "UPDATE missing_operations SET settled_at = $6 WHERE tenant = $1 AND provider = $2 AND env = $3 \
+         AND event_type = $4 AND resource = $5 AND settled_at IS NULL",
+        &settle,
+    )
+    .await?;
+    for m in missing {
+        let id = codes::scope_hash(
+            &scope.tenant,
+            &scope.provider,
+            &scope.env,
+            Some(&scope.event_type),
+            &scope.resource,
+            0,
+            &m.reference,
+        );
+        let mut params = vec![text(id)];
+        params.extend(scope_params.iter().cloned());
+        params.push(text(m.reference.as_str()));
+        params.push(text(codes::map_json(&m.discriminants)));
+        params.push(int(now_ms));
+        tx.exec(
+            "INSERT INTO missing_operations (id, tenant, provider, env, event_type, resource, reference, discriminants, \
+             first_seen_at, last_seen_at, settled_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, NULL) \
+             ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at, settled_at = NULL",
+            &params,
+        )
+        .await?;
+    }
+    Ok(missing.len() as u64)
+}
+
+/// Open missing operations last seen at or after `since`, per tenant, provider, env and type (for the
+/// report's `missing_at_source_check`).
+pub(crate) async fn missing_counts<T: Tx + Send>(
+    tx: &mut T,
+    tenants: &TenantFilter,
+    since: OffsetDateTime,
+) -> Result<Vec<((String, String, String, Option<String>), u64)>> {
+    let mut q = Query::new(
+        "SELECT tenant, provider, env, event_type, COUNT(*) FROM missing_operations WHERE settled_at IS NULL",
+    );
+    let p = q.bind(int(ms(since)));
+    q.push(&format!(" AND last_seen_at >= {p}"));
+    q.tenants("tenant", tenants);
+    q.push(" GROUP BY tenant, provider, env, event_type");
+    tx.query(&q.sql, &q.params)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok((
+                (r.text(0)?, r.text(1)?, r.text(2)?, r.opt_text(3)?),
+                r.int(4)?.max(0) as u64,
+            ))
+        })
+        .collect()
+}
