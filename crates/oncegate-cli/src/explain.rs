@@ -107,6 +107,33 @@ pub async fn render(store: &dyn Store, id: &str) -> Result<String> {
         {
             writeln!(w, "  note       {}", note.as_str().unwrap_or_default())?;
         }
+        if let Some(code) = details.get("rejection").and_then(|v| v.as_str()) {
+            writeln!(w, "  rejected   {code}")?;
+        }
+        if let Some(original) = details.get("replay_of").and_then(|v| v.as_str()) {
+            writeln!(w, "  replay of  {original} (a deliberate late replay)")?;
+        }
+        for shadow in details
+            .get("shadow")
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let text = |k: &str| {
+                shadow
+                    .get(k)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("?")
+                    .to_owned()
+            };
+            writeln!(
+                w,
+                "  shadow     {} would {}: {}",
+                text("strategy"),
+                text("action"),
+                text("reason")
+            )?;
+        }
     }
     if let Some(key) = &proof.key {
         writeln!(w, "  key        {key}")?;

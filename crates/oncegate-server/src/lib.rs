@@ -96,6 +96,11 @@ pub struct ServiceConfig {
     pub breaker_window: Duration,
     /// How often `serve` applies the retention rules in the background; `None` never does.
     pub purge_every: Option<Duration>,
+    /// Whether `serve` sweeps expired leases in the background (every half lease, 1–15 s).
+    /// Leases are also read as expired on access, so turning the sweep off changes only when
+    /// an abandoned effect is turned `unknown`; tests that move the clock by hand turn it off
+    /// so the sweep cannot race them.
+    pub lease_sweep: bool,
     /// The reconciler worker `serve` runs (every 30 s by default) and its authority policy.
     pub reconciler: ReconcilerSettings,
     pub clock: Clock,
@@ -116,6 +121,7 @@ impl ServiceConfig {
             lease: None,
             breaker_window: Duration::from_secs(24 * 3600),
             purge_every: Some(Duration::from_secs(3600)),
+            lease_sweep: true,
             reconciler: ReconcilerSettings::default(),
             clock: system_clock(),
         }
@@ -136,6 +142,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("lease", &self.lease)
             .field("breaker_window", &self.breaker_window)
             .field("purge_every", &self.purge_every)
+            .field("lease_sweep", &self.lease_sweep)
             .field("reconciler", &self.reconciler)
             .finish()
     }

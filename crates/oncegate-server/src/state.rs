@@ -41,6 +41,7 @@ pub(crate) struct Inner {
     pub lease: Duration,
     pub breaker_window: time::Duration,
     pub purge_every: Option<Duration>,
+    pub lease_sweep: bool,
     pub clock: Clock,
     pub token_key: TokenKey,
     pub limits: Limits,
@@ -78,6 +79,7 @@ impl AppState {
             lease,
             breaker_window: to_time(config.breaker_window),
             purge_every: config.purge_every,
+            lease_sweep: config.lease_sweep,
             clock: config.clock,
             limits,
             metrics: Metrics::new(),
@@ -161,9 +163,11 @@ pub(crate) async fn upkeep(state: AppState) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if let Err(e) = state.store.expire_leases(state.now()).await {
-            tracing::debug!(error = %e, "lease sweep skipped");
-            continue;
+        if state.lease_sweep {
+            if let Err(e) = state.store.expire_leases(state.now()).await {
+                tracing::debug!(error = %e, "lease sweep skipped");
+                continue;
+            }
         }
         state.settle_undecided().await;
     }

@@ -263,6 +263,18 @@ async fn queue_breaker_purge_and_replay_from_the_command_line() {
     assert!(replayed.contains("IGNORE"), "{replayed}");
     assert!(replayed.contains("through the proof"), "{replayed}");
     assert!(replayed.contains(r#"{"refund":"re_1"}"#), "{replayed}");
+    // The replay has its own proof, which says what it replayed.
+    let replay_id = replayed
+        .split_whitespace()
+        .skip_while(|w| *w != "as")
+        .nth(1)
+        .expect("the replay's delivery id")
+        .to_owned();
+    let explained = ok(&[&["explain", replay_id.as_str()][..], &store].concat());
+    assert!(
+        explained.contains(&format!("replay of  {first_id}")),
+        "{explained}"
+    );
     let missing = fails(
         &[
             &[

@@ -76,6 +76,17 @@ async fn a_shadow_reports_what_it_would_have_done_and_never_acts() {
         "{proof}"
     );
 
+    // `explain` shows the shadow's verdict beside the real one.
+    let explained = std::process::Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .args(["explain", id, "--store", &db])
+        .output()
+        .unwrap();
+    let explained = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        explained.contains("shadow     refund-amount@1 would ignore"),
+        "{explained}"
+    );
+
     let metrics = http
         .get(format!("{}/metrics", served.base))
         .bearer_auth("admin-token")
