@@ -74,6 +74,12 @@ enum Command {
         /// How far back a strategy's key matches count for its collision breaker.
         #[arg(long, value_parser = duration, default_value = "24h")]
         breaker_window: Duration,
+        /// Largest body accepted, in bytes (overrides the contract's `settings.max_body_bytes`).
+        #[arg(long)]
+        max_body_bytes: Option<usize>,
+        /// Deepest JSON nesting accepted (overrides the contract's `settings.max_depth`).
+        #[arg(long)]
+        max_depth: Option<usize>,
     },
     /// Work the ambiguity queue: `queue list|show|resolve`.
     Queue {
@@ -187,6 +193,8 @@ fn main() -> ExitCode {
             purge_every,
             no_purge,
             breaker_window,
+            max_body_bytes,
+            max_depth,
         } => {
             let json = log_json || std::env::var("ONCEGATE_LOG").is_ok_and(|v| v == "json");
             oncegate_server::init_logging(json);
@@ -201,6 +209,8 @@ fn main() -> ExitCode {
                         metrics_public,
                         purge_every: (!no_purge).then_some(purge_every),
                         breaker_window,
+                        max_body_bytes,
+                        max_depth,
                     }))
                 })
                 .map(|()| ExitCode::SUCCESS)

@@ -17,6 +17,9 @@ pub struct Options<'a> {
     /// The background purge's period; `None` runs none.
     pub purge_every: Option<Duration>,
     pub breaker_window: Duration,
+    /// Override the contract's `settings.max_body_bytes` / `settings.max_depth`.
+    pub max_body_bytes: Option<usize>,
+    pub max_depth: Option<usize>,
 }
 
 /// The store URL: the flag (or `ONCEGATE_STORE`), else the contract's `settings.store`, else a
@@ -44,7 +47,21 @@ fn tokens() -> Result<Vec<ApiToken>> {
 }
 
 pub async fn run(o: Options<'_>) -> Result<()> {
-    let contract = Arc::new(crate::contract::load(o.contract)?);
+    let mut contract = crate::contract::load(o.contract)?;
+    if let Some(bytes) = o.max_body_bytes {
+        if bytes == 0 {
+            bail!("--max-body-bytes must be above zero");
+        }
+        contract.settings.max_body_bytes = bytes;
+    }
+    if let Some(depth) = o.max_depth {
+        // The same bound the contract enforces: writing and dropping a tree recurse per level.
+        if depth == 0 || depth > 1000 {
+            bail!("--max-depth must be between 1 and 1000");
+        }
+        contract.settings.max_depth = depth;
+    }
+    let contract = Arc::new(contract);
     let Some(salt) = crate::salt::read()? else {
         bail!("set ONCEGATE_KEY_SALT (or ONCEGATE_KEY_SALT_FILE) to a long random secret: sensitive fields and reservation tokens are keyed by it, and every instance sharing a store must use the same one");
     };

@@ -14,6 +14,10 @@ struct Server {
 }
 
 fn start(store: &str) -> Server {
+    start_with(store, &[])
+}
+
+fn start_with(store: &str, extra: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_oncegate"))
         .args([
             "serve",
@@ -25,6 +29,7 @@ fn start(store: &str) -> Server {
             "127.0.0.1:0",
             "--log-json",
         ])
+        .args(extra)
         .env("ONCEGATE_KEY_SALT", "serve-test-salt")
         .env("ONCEGATE_TOKENS", TOKENS)
         .env_remove("ONCEGATE_TOKENS_FILE")
@@ -191,4 +196,36 @@ fn serve_refuses_to_start_without_a_salt() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("set ONCEGATE_KEY_SALT"));
+}
+
+#[tokio::test]
+async fn serve_flags_override_the_contracts_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("limits.db");
+    let server = start_with(
+        db.to_str().unwrap(),
+        &["--max-body-bytes", "200", "--max-depth", "3"],
+    );
+    let http = reqwest::Client::new();
+    let post = |body: String| {
+        http.post(format!("{}/v1/deliveries/acme/payflow/live", server.base))
+            .bearer_auth("ingest-token-1")
+            .body(body)
+            .send()
+    };
+    let big = format!(r#"{{"type":"refund.created","pad":"{}"}}"#, "x".repeat(300));
+    let answer = post(big).await.unwrap();
+    assert_eq!(answer.status(), 413);
+    let deep = r#"{"type":"refund.created","data":{"a":{"b":[1]}}}"#.to_owned();
+    let answer = post(deep).await.unwrap();
+    assert_eq!(answer.status(), 400);
+    let error: serde_json::Value = answer.json().await.unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("deeper than 3"),
+        "{error}"
+    );
+    stop(server);
 }
