@@ -4,6 +4,8 @@
 //! to run at half or more of the throughput of `serde_json::from_slice::<Value>` by itself. A
 //! quick timing with `Instant` runs first and prints MB/s and ratios in one summary, because
 //! criterion reports each group separately; criterion's groups follow.
+// A benchmark reads the shared corpus and times itself; the purity bans are for the library.
+#![allow(clippy::disallowed_methods)]
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
