@@ -8,7 +8,7 @@
 //! decision transaction runs the matrix on what it finds under the key.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Body;
@@ -324,8 +324,9 @@ async fn ingest(state: &AppState, r: Reception) -> Result<DecisionBody, ApiError
     };
     // The outcome does not repeat the differences the matrix saw, so the closure keeps the
     // last view's list (the store may run it more than once; the last run is the one applied).
-    let seen: Mutex<Vec<Difference>> = Mutex::new(Vec::new());
-    let shape = &plan.shape;
+    // The store may run the closure on another thread (SQLite's writer), so it owns its state.
+    let seen: Arc<Mutex<Vec<Difference>>> = Arc::default();
+    let shape = plan.shape.clone();
     // The strategy's collision breaker, read just before the decision (see `breaker`).
     let breaker_scope = match (&plan.strategy, &event_type) {
         (Some(s), Some(t)) => Some(breaker::scope(&r.provider, &r.env, t, s)),
@@ -335,9 +336,12 @@ async fn ingest(state: &AppState, r: Reception) -> Result<DecisionBody, ApiError
         Some(scope) => breaker::is_open(state, scope).await,
         None => false,
     };
-    let decide = |view: &PriorView| {
-        *seen.lock().expect("differences lock") = view.differences.clone();
-        shape.decide(view, breaker_open)
+    let decide = {
+        let seen = seen.clone();
+        move |view: &PriorView| {
+            *seen.lock().expect("differences lock") = view.differences.clone();
+            shape.decide(view, breaker_open)
+        }
     };
     let outcome = match state.store.decide(request, &decide).await {
         Ok(o) => o,
@@ -346,7 +350,7 @@ async fn ingest(state: &AppState, r: Reception) -> Result<DecisionBody, ApiError
     if let Some(scope) = &breaker_scope {
         breaker::count(state, scope, &outcome).await;
     }
-    let differences = seen.into_inner().expect("differences lock");
+    let differences = std::mem::take(&mut *seen.lock().expect("differences lock"));
     let labels = DeliveryLabels {
         provider: label_or(provider.is_some(), &r.provider, "(unknown)"),
         env: r.env.clone(),

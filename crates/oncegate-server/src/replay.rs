@@ -260,29 +260,33 @@ pub async fn replay(
         resource,
         critical: type_def.is_none_or(|t| t.criticality == Criticality::Critical),
     };
-    let reconcile = |reason: String| Decision {
+    // The store may run the matrix on another thread (SQLite's writer), so it owns what it
+    // reads: the doubt's sentence and the ignore reason are made here.
+    let doubt = doubt.as_ref().map(Doubt::sentence);
+    let ignored = format!(
+        "Ignored: a late replay of {original} re-ran strategy version {} and found the completed effect through the proof, even past the index horizon.",
+        proof
+            .strategy
+            .as_ref()
+            .map(|s| format!("{}@{}", s.name, s.version))
+            .unwrap_or_default()
+    );
+    let reconcile = move |reason: String| Decision {
         action: Action::Reconcile,
         layer: None,
         reason,
         flags: flags.clone(),
         rule: "RP2",
     };
-    let matrix = |view: &PriorView| match &doubt {
-        Some(d) => reconcile(d.sentence()),
+    let matrix = move |view: &PriorView| match &doubt {
+        Some(d) => reconcile(d.clone()),
         None => {
             let same = view.effect.as_ref().map(|e| &e.id) == target.as_ref();
             if same && view.differences.is_empty() {
                 Decision {
                     action: Action::Ignore,
                     layer: Some(Layer::Effect),
-                    reason: format!(
-                        "Ignored: a late replay of {original} re-ran strategy version {} and found the completed effect through the proof, even past the index horizon.",
-                        proof
-                            .strategy
-                            .as_ref()
-                            .map(|s| format!("{}@{}", s.name, s.version))
-                            .unwrap_or_default()
-                    ),
+                    reason: ignored.clone(),
                     flags: Vec::new(),
                     rule: "RP1",
                 }

@@ -6,8 +6,14 @@
 //! state, run the real decision matrix, reserve (effect + unique index entry + link) and write
 //! the proof, durably. Deliveries are journaled beforehand, outside the timing.
 //!
+//! Fairness: both sides of a cell use the same driver, the same durability (SQLite: WAL and
+//! `synchronous=FULL`; PostgreSQL: the server's settings, one database) and the same number
+//! of callers; both are warmed up first, then measured in alternating slices so a drift of the
+//! machine weighs on both alike. The ratio is ours over the baseline.
+//!
 //! Run: `cargo bench -p oncegate-store --bench reserve` (PostgreSQL at 127.0.0.1:5432, or
-//! `ONCEGATE_TEST_PG`; `ONCEGATE_BENCH_SECS` sets the seconds per cell, 2 by default).
+//! `ONCEGATE_TEST_PG`; `ONCEGATE_BENCH_SECS` sets the seconds per side and cell, 3 by default;
+//! `ONCEGATE_BENCH_BACKENDS=sqlite` or `=postgres` measures one backend only).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,11 +28,25 @@ use time::{Duration, OffsetDateTime};
 
 const CALLERS: [usize; 2] = [1, 32];
 
+/// Each side of a cell is measured in this many alternating slices.
+const ROUNDS: usize = 3;
+
+/// Seconds each side runs, untimed, before a cell is measured.
+const WARM_UP: f64 = 0.5;
+
+/// Whether `backend` is measured: `ONCEGATE_BENCH_BACKENDS` (`sqlite`, `postgres`, or both,
+/// comma-separated) narrows the run; both by default.
+fn wanted(backend: &str) -> bool {
+    std::env::var("ONCEGATE_BENCH_BACKENDS")
+        .map(|list| list.split(',').any(|b| b.trim() == backend))
+        .unwrap_or(true)
+}
+
 fn seconds() -> f64 {
     std::env::var("ONCEGATE_BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(2.0)
+        .unwrap_or(3.0)
 }
 
 fn matrix(view: &PriorView) -> oncegate_core::matrix::Decision {
@@ -125,112 +145,169 @@ where
     total as f64 / start.elapsed().as_secs_f64()
 }
 
-/// Measures `Store::decide` on new keys: calibrates briefly, journals enough deliveries for
-/// the timed run, then times the decisions alone.
-async fn ours(store: Arc<dyn Store>, callers: usize, secs: f64, offset: usize) -> f64 {
-    let journal = |store: Arc<dyn Store>, from: usize, count: usize| async move {
-        let ids = Arc::new(Mutex::new(vec![None; count]));
-        let slots = ids.clone();
-        drive(32, 3600.0, count, move |i| {
-            let (store, slots) = (store.clone(), slots.clone());
-            async move {
-                let id = store.journal(reception(from + i)).await.expect("journal");
-                slots.lock().unwrap()[i] = Some(id);
-            }
-        })
-        .await;
-        let ids: Vec<DeliveryId> = ids
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|d| d.clone().expect("journaled"))
-            .collect();
-        Arc::new(ids)
-    };
-    let decide = |store: Arc<dyn Store>, from: usize, ids: Arc<Vec<DeliveryId>>, secs: f64| {
-        let limit = ids.len();
-        drive(callers, secs, limit, move |i| {
-            let (store, ids) = (store.clone(), ids.clone());
-            async move {
-                let o = store
-                    .decide(request(ids[i].clone(), from + i), &matrix)
-                    .await
-                    .expect("decide");
-                assert!(o.reservation.is_some());
-            }
-        })
-    };
-    // Calibration: a short run says how many deliveries the timed run needs.
-    let probe = journal(store.clone(), offset, 200 * callers.max(4)).await;
-    let rate = decide(store.clone(), offset, probe, 0.3).await;
-    let needed = ((rate * secs * 1.5) as usize).max(100);
-    let ids = journal(store.clone(), offset + 1_000_000, needed).await;
-    decide(store, offset + 1_000_000, ids, secs).await
+/// Journals `count` deliveries (keys from `from`) outside any timing and returns their ids.
+async fn journal(store: Arc<dyn Store>, from: usize, count: usize) -> Arc<Vec<DeliveryId>> {
+    let ids = Arc::new(Mutex::new(vec![None; count]));
+    let slots = ids.clone();
+    drive(32, 3600.0, count, move |i| {
+        let (store, slots) = (store.clone(), slots.clone());
+        async move {
+            let id = store.journal(reception(from + i)).await.expect("journal");
+            slots.lock().unwrap()[i] = Some(id);
+        }
+    })
+    .await;
+    let ids: Vec<DeliveryId> = ids
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|d| d.clone().expect("journaled"))
+        .collect();
+    Arc::new(ids)
 }
 
-async fn sqlite_baseline(path: std::path::PathBuf, callers: usize, secs: f64) -> f64 {
-    let conn = rusqlite::Connection::open(path).unwrap();
-    let _: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-        .unwrap();
-    conn.execute_batch(
-        "PRAGMA synchronous = FULL; CREATE TABLE keys (k TEXT PRIMARY KEY, v TEXT NOT NULL);",
-    )
-    .unwrap();
-    let conn = Arc::new(Mutex::new(conn));
-    drive(callers, secs, usize::MAX, move |i| {
-        let conn = conn.clone();
+/// `Store::decide` on new keys (one per journaled delivery) from `callers` tasks.
+async fn decide(
+    store: Arc<dyn Store>,
+    callers: usize,
+    secs: f64,
+    from: usize,
+    ids: Arc<Vec<DeliveryId>>,
+) -> f64 {
+    let limit = ids.len();
+    drive(callers, secs, limit, move |i| {
+        let (store, ids) = (store.clone(), ids.clone());
         async move {
-            tokio::task::spawn_blocking(move || {
-                let conn = conn.lock().unwrap();
-                let mut stmt = conn
-                    .prepare_cached("INSERT INTO keys (k, v) VALUES (?1, ?2) ON CONFLICT DO NOTHING RETURNING k")
-                    .unwrap();
-                let k: String = stmt.query_row((format!("k{i}"), "eff"), |r| r.get(0)).unwrap();
-                assert!(!k.is_empty());
-            })
+            let o = store
+                .decide(request(ids[i].clone(), from + i), &matrix)
+                .await
+                .expect("decide");
+            assert!(o.reservation.is_some());
+        }
+    })
+    .await
+}
+
+/// The bare single-row insert the store is measured against, on one backend.
+trait Baseline: Send + Sync + 'static {
+    /// One `INSERT … ON CONFLICT DO NOTHING RETURNING` of a new key `k`, committed.
+    fn insert(&self, k: String) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// SQLite's baseline: one connection with the store's durability (WAL, `synchronous=FULL`),
+/// each insert its own commit.
+struct SqliteBaseline(Arc<Mutex<rusqlite::Connection>>);
+
+impl SqliteBaseline {
+    fn open(path: std::path::PathBuf) -> Self {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let _: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .unwrap();
+        conn.execute_batch(
+            "PRAGMA synchronous = FULL; CREATE TABLE keys (k TEXT PRIMARY KEY, v TEXT NOT NULL);",
+        )
+        .unwrap();
+        SqliteBaseline(Arc::new(Mutex::new(conn)))
+    }
+}
+
+impl Baseline for SqliteBaseline {
+    async fn insert(&self, k: String) {
+        let conn = self.0.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = conn.lock().unwrap();
+            let mut stmt = conn
+                .prepare_cached(
+                    "INSERT INTO keys (k, v) VALUES (?1, ?2) ON CONFLICT DO NOTHING RETURNING k",
+                )
+                .unwrap();
+            let k: String = stmt.query_row((k, "eff"), |r| r.get(0)).unwrap();
+            assert!(!k.is_empty());
+        })
+        .await
+        .unwrap();
+    }
+}
+
+/// PostgreSQL's baseline: a pool as large as the store's, each insert its own commit.
+struct PgBaseline(deadpool_postgres::Pool);
+
+impl PgBaseline {
+    async fn open(url: &str) -> Self {
+        let config: tokio_postgres::Config = url.parse().unwrap();
+        let manager = deadpool_postgres::Manager::from_config(
+            config,
+            tokio_postgres::NoTls,
+            deadpool_postgres::ManagerConfig {
+                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+            },
+        );
+        let pool = deadpool_postgres::Pool::builder(manager)
+            .max_size(16)
+            .build()
+            .unwrap();
+        pool.get()
+            .await
+            .unwrap()
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS bench_keys (k TEXT PRIMARY KEY, v TEXT NOT NULL)",
+            )
             .await
             .unwrap();
-        }
+        PgBaseline(pool)
+    }
+}
+
+impl Baseline for PgBaseline {
+    async fn insert(&self, k: String) {
+        let client = self.0.get().await.unwrap();
+        let stmt = client
+            .prepare_cached(
+                "INSERT INTO bench_keys (k, v) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING k",
+            )
+            .await
+            .unwrap();
+        let row = client.query_one(&stmt, &[&k, &"eff"]).await.unwrap();
+        let k: String = row.get(0);
+        assert!(!k.is_empty());
+    }
+}
+
+/// Runs the baseline's insert from `callers` tasks for `secs`; keys from `from` on.
+async fn baseline<B: Baseline>(b: &Arc<B>, callers: usize, secs: f64, from: usize) -> f64 {
+    let b = b.clone();
+    drive(callers, secs, usize::MAX, move |i| {
+        let b = b.clone();
+        async move { b.insert(format!("k{}", from + i)).await }
     })
     .await
 }
 
-async fn pg_baseline(url: &str, callers: usize, secs: f64) -> f64 {
-    let config: tokio_postgres::Config = url.parse().unwrap();
-    let manager = deadpool_postgres::Manager::from_config(
-        config,
-        tokio_postgres::NoTls,
-        deadpool_postgres::ManagerConfig {
-            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-        },
-    );
-    let pool = deadpool_postgres::Pool::builder(manager)
-        .max_size(16)
-        .build()
-        .unwrap();
-    pool.get()
-        .await
-        .unwrap()
-        .batch_execute(
-            "CREATE TABLE IF NOT EXISTS bench_keys (k TEXT PRIMARY KEY, v TEXT NOT NULL)",
-        )
-        .await
-        .unwrap();
-    drive(callers, secs, usize::MAX, move |i| {
-        let pool = pool.clone();
-        async move {
-            let client = pool.get().await.unwrap();
-            let stmt = client
-                .prepare_cached("INSERT INTO bench_keys (k, v) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING k")
-                .await
-                .unwrap();
-            let row = client.query_one(&stmt, &[&format!("k{i}-{}", callers), &"eff"]).await.unwrap();
-            let k: String = row.get(0);
-            assert!(!k.is_empty());
-        }
-    })
-    .await
+/// One cell: the store against the baseline at `callers`, both warmed up first, then measured
+/// in `ROUNDS` alternating slices so a drift of the machine (a noisy disk, another process)
+/// weighs on both sides alike. Keys of the cell start at `base`.
+async fn cell<B: Baseline>(
+    store: Arc<dyn Store>,
+    bare: Arc<B>,
+    callers: usize,
+    secs: f64,
+    base: usize,
+) -> (f64, f64) {
+    // Warm-up, which also says how many deliveries a slice needs.
+    let probe = journal(store.clone(), base, 200 * callers.max(4)).await;
+    let rate = decide(store.clone(), callers, WARM_UP, base, probe).await;
+    baseline(&bare, callers, WARM_UP, base).await;
+    let slice = secs / ROUNDS as f64;
+    let needed = ((rate * slice * 2.0) as usize).max(100);
+    let (mut ours, mut theirs) = (0.0, 0.0);
+    for round in 1..=ROUNDS {
+        let from = base + round * 1_000_000;
+        let ids = journal(store.clone(), from, needed).await;
+        ours += decide(store.clone(), callers, slice, from, ids).await;
+        theirs += baseline(&bare, callers, slice, from).await;
+    }
+    (ours / ROUNDS as f64, theirs / ROUNDS as f64)
 }
 
 struct Line {
@@ -278,13 +355,17 @@ fn main() {
         let mut lines = Vec::new();
         let dir = tempfile::tempdir().unwrap();
         for (n, callers) in CALLERS.into_iter().enumerate() {
+            if !wanted("sqlite") {
+                break;
+            }
             let store =
                 oncegate_store::open(dir.path().join(format!("ours-{n}.db")).to_str().unwrap())
                     .await
                     .unwrap();
-            let ours = ours(store, callers, secs, n * 10_000_000).await;
-            let baseline =
-                sqlite_baseline(dir.path().join(format!("baseline-{n}.db")), callers, secs).await;
+            let bare = Arc::new(SqliteBaseline::open(
+                dir.path().join(format!("baseline-{n}.db")),
+            ));
+            let (ours, baseline) = cell(store, bare, callers, secs, n * 10_000_000).await;
             lines.push(Line {
                 backend: "sqlite",
                 callers,
@@ -292,11 +373,17 @@ fn main() {
                 baseline,
             });
         }
-        if let Some((url, name, admin)) = pg_database().await {
+        let pg = if wanted("postgres") {
+            pg_database().await
+        } else {
+            None
+        };
+        if let Some((url, name, admin)) = pg {
             let store = oncegate_store::open(&url).await.unwrap();
+            let bare = Arc::new(PgBaseline::open(&url).await);
             for (n, callers) in CALLERS.into_iter().enumerate() {
-                let ours = ours(store.clone(), callers, secs, (n + 5) * 10_000_000).await;
-                let baseline = pg_baseline(&url, callers, secs).await;
+                let base = (n + 5) * 10_000_000;
+                let (ours, baseline) = cell(store.clone(), bare.clone(), callers, secs, base).await;
                 lines.push(Line {
                     backend: "postgres",
                     callers,
@@ -305,6 +392,7 @@ fn main() {
                 });
             }
             drop(store);
+            drop(bare);
             let _ = admin
                 .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                 .await;
@@ -312,7 +400,9 @@ fn main() {
         lines
     });
     println!();
-    println!("reservations+decisions per second ({secs} s per cell)");
+    println!(
+        "reservations+decisions per second ({secs} s per side and cell, in {ROUNDS} alternating slices, after {WARM_UP} s of warm-up)"
+    );
     println!(
         "{:<10} {:>7} {:>14} {:>16} {:>8}",
         "backend", "callers", "ours decide/s", "baseline insert/s", "ratio"

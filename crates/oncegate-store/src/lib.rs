@@ -60,7 +60,34 @@ pub use shadow::{ShadowCount, ShadowDisagreement, ShadowObservation, ShadowPrior
 
 /// The decision matrix as the store runs it: pure, synchronous, and possibly run more than
 /// once per delivery (when a race changed the prior, the store re-reads it and asks again).
-pub type Matrix<'a> = &'a (dyn Fn(&PriorView) -> Decision + Send + Sync);
+///
+/// Any `Fn(&PriorView) -> Decision` closure that owns what it captures (`Clone + 'static`) is
+/// one, so callers pass `&closure`. A backend may run it where the data is: SQLite takes a
+/// shared handle (`share`) into its writer thread, so the view is read, decided and applied
+/// in one place, inside the group commit.
+pub trait Matrix: Send + Sync {
+    /// The decision for one view.
+    fn decide(&self, view: &PriorView) -> Decision;
+
+    /// An owned handle on this matrix that can move to another thread.
+    fn share(&self) -> SharedMatrix;
+}
+
+/// An owned, shareable matrix (what `Matrix::share` returns).
+pub type SharedMatrix = Arc<dyn Matrix>;
+
+impl<F> Matrix for F
+where
+    F: Fn(&PriorView) -> Decision + Clone + Send + Sync + 'static,
+{
+    fn decide(&self, view: &PriorView) -> Decision {
+        self(view)
+    }
+
+    fn share(&self) -> SharedMatrix {
+        Arc::new(self.clone())
+    }
+}
 
 /// Everything the service and the tools need from durable storage. Both backends pass the
 /// same conformance suite (`tests/it`).
@@ -93,7 +120,7 @@ pub trait Store: Send + Sync {
     async fn decide(
         &self,
         request: DecideRequest,
-        matrix: Matrix<'_>,
+        matrix: &dyn Matrix,
     ) -> Result<DecideOutcome, StoreError>;
 
     /// Records the effect's result (a reference to the transaction, resource and rule version,

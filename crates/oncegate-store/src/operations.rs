@@ -165,14 +165,6 @@ pub(crate) async fn deliveries<T: Tx + Send>(
 // ---------------------------------------------------------------------------------------------
 // The decision transaction
 
-/// The outcome of one decision attempt.
-pub(crate) enum Attempt {
-    Done(DecideOutcome),
-    /// The chooser declined the view it was shown (it had decided on another one): nothing was
-    /// written, and this is the view as it now stands.
-    Changed(PriorView),
-}
-
 async fn scope<T: Tx + Send>(tx: &mut T, delivery: &DeliveryId) -> Result<Scope> {
     let rows = tx
         .query(
@@ -325,40 +317,55 @@ async fn load_view<T: Tx + Send>(
     })
 }
 
-/// The view a decision would be based on now (used by SQLite to decide outside its writer).
-pub(crate) async fn view<T: Tx + Send>(tx: &mut T, req: &DecideRequest) -> Result<PriorView> {
-    let scope = scope(tx, &req.delivery).await?;
-    if scope.decided {
-        return Err(already_decided(&req.delivery));
-    }
-    load_view(tx, &scope, req).await
-}
-
 fn already_decided(id: &DeliveryId) -> StoreError {
     StoreError::Conflict(format!("delivery {id} was already decided"))
+}
+
+/// The scope of a delivery as `journal` wrote it (not decided yet), so a backend that keeps it
+/// can spare `decide` reading it back.
+pub(crate) fn journaled_scope(r: &NewReception) -> Scope {
+    Scope {
+        tenant: r.tenant.clone(),
+        provider: r.provider.clone(),
+        env: r.env.clone(),
+        event_type: r.event_type.clone(),
+        transport_key: r.transport_key.as_ref().map(|k| k.value.clone()),
+        transport_strength: r.transport_key.as_ref().map(|k| k.strength),
+        body_sha256: r.body_sha256.clone(),
+        decided: false,
+    }
 }
 
 /// Reads the view, asks `choose` for a decision on it and applies it. When applying loses a
 /// race (the key was reserved, or the effect moved, since the view was read), the view is read
 /// again and `choose` asked again, so the answer is always based on what was true when it
-/// committed. `choose` returns `None` to decline a view (SQLite decides outside its writer and
-/// only accepts the view it decided on).
-pub(crate) async fn decide<T, F>(tx: &mut T, req: &DecideRequest, mut choose: F) -> Result<Attempt>
+/// committed.
+///
+/// `known` is the delivery's scope when the backend kept it from `journal`; it is read
+/// otherwise. Either way a delivery is decided once: the proof's primary key refuses a second
+/// decision, and with it everything that decision would have written.
+pub(crate) async fn decide<T, F>(
+    tx: &mut T,
+    req: &DecideRequest,
+    known: Option<Scope>,
+    mut choose: F,
+) -> Result<DecideOutcome>
 where
     T: Tx + Send,
-    F: FnMut(&PriorView) -> Option<Decision> + Send,
+    F: FnMut(&PriorView) -> Decision + Send,
 {
-    let scope = scope(tx, &req.delivery).await?;
+    let scope = match known {
+        Some(scope) => scope,
+        None => scope(tx, &req.delivery).await?,
+    };
     if scope.decided {
         return Err(already_decided(&req.delivery));
     }
     for _ in 0..MAX_ATTEMPTS {
         let view = load_view(tx, &scope, req).await?;
-        let Some(decision) = choose(&view) else {
-            return Ok(Attempt::Changed(view));
-        };
+        let decision = choose(&view);
         if let Some(outcome) = apply(tx, &scope, req, &view, decision).await? {
-            return Ok(Attempt::Done(outcome));
+            return Ok(outcome);
         }
     }
     Err(StoreError::Conflict(format!(
@@ -445,8 +452,8 @@ fn horizon_parts(h: Option<Horizon>) -> (bool, Option<i64>) {
     }
 }
 
-/// Applies a decision; `None` when a conditional write found the ground moved (nothing of
-/// this attempt was written, because the conditional write is always the first one).
+/// Applies a decision; `None` when its conditional write found the ground moved (nothing of
+/// this attempt was written: everything else is kept only if that write changed a row).
 async fn apply<T: Tx + Send>(
     tx: &mut T,
     scope: &Scope,
@@ -466,37 +473,34 @@ async fn apply<T: Tx + Send>(
     let mut effect = None;
     let mut reservation = None;
     let mut queue_item = None;
-    // Everything after the one conditional write is collected here and sent together (a
-    // single pipelined round trip on PostgreSQL).
+    // The one conditional write that settles a race, if the plan has one, and everything
+    // after it, kept only if it changed a row: all sent at once where the backend can (one
+    // statement and one round trip on PostgreSQL).
+    let mut head: Option<Statement> = None;
     let mut writes: Vec<Statement> = Vec::new();
     match plan::plan(key, view, &decision) {
         Plan::ReserveIndexed => {
             let id = EffectId::from_u128(new_id(req.now));
+            let hash = hash.clone().unwrap_or_default();
             let expires = match key.map(|k| k.horizon) {
                 Some(Horizon::For(d)) => Some(now.saturating_add(duration_ms(d))),
                 _ => None,
             };
             // The atomic reservation: the unique index decides the winner. An expired slot
             // (past its horizon, not yet purged) may be taken over; a live one never.
-            let won = tx
-                .query(
-                    "INSERT INTO effect_index (scope_hash, effect_id, expires_at) VALUES ($1, $2, $3) \
-                     ON CONFLICT (scope_hash) DO UPDATE SET effect_id = excluded.effect_id, expires_at = excluded.expires_at \
-                     WHERE effect_index.expires_at IS NOT NULL AND effect_index.expires_at <= $4 \
-                     RETURNING effect_id",
-                    &[text(hash.clone().unwrap_or_default()), text(id.as_str()), opt_int(expires), int(now)],
-                )
-                .await?;
-            if won.is_empty() {
-                return Ok(None);
-            }
+            head = Some((
+                "INSERT INTO effect_index (scope_hash, effect_id, expires_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (scope_hash) DO UPDATE SET effect_id = excluded.effect_id, expires_at = excluded.expires_at \
+                 WHERE effect_index.expires_at IS NOT NULL AND effect_index.expires_at <= $4",
+                vec![text(hash.as_str()), text(id.as_str()), opt_int(expires), int(now)],
+            ));
             writes.push(insert_effect(NewEffect {
                 id: &id,
                 scope,
                 event_type: event_type.as_deref(),
                 strategy: key.map(|k| &k.strategy),
                 key_value: key.map(|k| k.value.as_str()),
-                scope_hash: hash.as_deref(),
+                scope_hash: Some(hash.as_str()),
                 durable,
                 state: EffectState::Reserved,
                 token: 1,
@@ -520,25 +524,18 @@ async fn apply<T: Tx + Send>(
         }
         Plan::Takeover { effect: id, token } => {
             // Only the holder of the token that was read may move the effect on; anyone who
-            // moved it first (another takeover, a late complete) makes this return no row.
-            let rows = tx
-                .query(
-                    "UPDATE effects SET state = 'reserved', fencing_token = fencing_token + 1, lease_until = $3, \
-                     holder = NULL, error = NULL, updated_at = $4 \
-                     WHERE id = $1 AND fencing_token = $2 \
-                     AND (state IN ('failed_retryable', 'unknown') OR (state = 'reserved' AND lease_until <= $4)) \
-                     RETURNING fencing_token",
-                    &[text(id.as_str()), int(token as i64), int(lease_until), int(now)],
-                )
-                .await?;
-            let Some(row) = rows.first() else {
-                return Ok(None);
-            };
-            let new_token = row.int(0)? as u64;
+            // moved it first (another takeover, a late complete) makes this change no row.
+            head = Some((
+                "UPDATE effects SET state = 'reserved', fencing_token = fencing_token + 1, lease_until = $3, \
+                 holder = NULL, error = NULL, updated_at = $4 \
+                 WHERE id = $1 AND fencing_token = $2 \
+                 AND (state IN ('failed_retryable', 'unknown') OR (state = 'reserved' AND lease_until <= $4))",
+                vec![text(id.as_str()), int(token as i64), int(lease_until), int(now)],
+            ));
             writes.push(link(&id, &req.delivery, LinkKind::Reserved, now));
             reservation = Some(Reservation {
                 effect: id.clone(),
-                fencing_token: new_token,
+                fencing_token: token + 1,
                 lease_until: from_ms(lease_until)?,
             });
             effect = Some(id);
@@ -636,12 +633,13 @@ async fn apply<T: Tx + Send>(
 
     let reference = plan::reference_delivery(view);
     let strategy = key.map(|k| &k.strategy);
+    // No `ON CONFLICT` here: a delivery decided concurrently makes this insert fail, which
+    // undoes every write of this decision (they are sent together with the commit).
     writes.push((
-            "INSERT INTO proofs (delivery_id, tenant, provider, env, event_type, decided_at, strategy_name, strategy_version, \
-             strategy_level, key_value, confidence, prior, transport, action, layer, reason, flags, rule, matrix_version, \
-             reference_delivery, effect_id, queue_item_id, differences, details) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24) \
-             ON CONFLICT (delivery_id) DO NOTHING",
+        "INSERT INTO proofs (delivery_id, tenant, provider, env, event_type, decided_at, strategy_name, strategy_version, \
+         strategy_level, key_value, confidence, prior, transport, action, layer, reason, flags, rule, matrix_version, \
+         reference_delivery, effect_id, queue_item_id, differences, details) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)",
             vec![
                 text(req.delivery.as_str()),
                 text(scope.tenant.as_str()),
@@ -669,11 +667,15 @@ async fn apply<T: Tx + Send>(
                 text(req.details_json.as_str()),
             ],
     ));
-    let counts = tx.exec_all(&writes).await?;
-    if counts.last() == Some(&0) {
-        // Another transaction decided this delivery concurrently; this attempt's writes are
-        // rolled back with the error.
-        return Err(already_decided(&req.delivery));
+    let applied = match tx.write_decision(head.as_ref(), &writes).await {
+        Ok(applied) => applied,
+        // The proof's primary key: another transaction decided this delivery concurrently.
+        // Nothing of this attempt was kept.
+        Err(StoreError::Conflict(_)) => return Err(already_decided(&req.delivery)),
+        Err(e) => return Err(e),
+    };
+    if !applied {
+        return Ok(None);
     }
 
     let existing_result = if decision.action == Action::Ignore {

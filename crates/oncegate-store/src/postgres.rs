@@ -6,6 +6,11 @@
 //! outcomes by `UPDATE … WHERE fencing_token = …`; a transaction that fails with a
 //! serialization failure (40001) or a deadlock (40P01) is retried from the start.
 //!
+//! The hot path counts round trips: a journal is one statement; a decision is two (its view,
+//! then all its writes as one statement chained on the conditional one, see `chained`), plus
+//! one to read the delivery when this instance did not journal it itself. Neither needs
+//! BEGIN or COMMIT, since a single statement is atomic.
+//!
 //! # CockroachDB and YugabyteDB
 //!
 //! The schema and statements stay inside what both PostgreSQL-compatible distributed engines
@@ -18,6 +23,9 @@
 //! * `INSERT … ON CONFLICT (pk) DO NOTHING / DO UPDATE … WHERE … RETURNING`, `UPDATE …
 //!   RETURNING`, `SELECT … FOR UPDATE SKIP LOCKED` (CockroachDB ≥ 23.1, YugabyteDB ≥ 2.18),
 //!   `COUNT(CASE …)`, correlated `NOT EXISTS` sub-queries and `IN (sub-query)` deletes;
+//! * data-modifying statements in `WITH` and `INSERT … SELECT … FROM` one of them (a
+//!   decision's writes, see `chained`; each part writes a different table, as CockroachDB
+//!   requires by default; documented by CockroachDB since 2.0, and YugabyteDB uses PostgreSQL's parser);
 //! * every statement is safe to re-run in a new transaction, and the whole transaction is
 //!   retried on 40001, which CockroachDB (SERIALIZABLE by default) returns routinely;
 //! * the migrations use `CREATE TABLE / INDEX IF NOT EXISTS` and record their version with
@@ -26,7 +34,9 @@
 //! This list was checked against the engines' documented SQL support, not by running them
 //! here; the conformance suite runs on PostgreSQL 15.
 
+use std::collections::{HashMap, VecDeque};
 use std::str::FromStr;
+use std::sync::Mutex;
 use std::time::Duration as StdDuration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
@@ -44,7 +54,8 @@ use crate::delivery::{
 };
 use crate::effect::{Claim, EffectRecord};
 use crate::error::StoreError;
-use crate::operations::{self, Attempt};
+use crate::operations;
+use crate::plan::Scope;
 use crate::queue::{QueueFilter, QueueItem, Resolution};
 use crate::reconciliation::{self, MissingOperation, ReconcileAttempt, ResourceScope};
 use crate::report::Report;
@@ -69,6 +80,37 @@ const MAX_TX_ATTEMPTS: usize = 8;
 /// The PostgreSQL store.
 pub struct PgStore {
     pool: Pool,
+    /// The scopes of the deliveries this instance journaled and has not decided yet, so the
+    /// decision that usually follows at once need not read them back (one round trip less).
+    /// Bounded; a delivery missing here is simply read.
+    journaled: Mutex<JournaledScopes>,
+}
+
+/// How many journaled scopes are kept for their decision, oldest dropped first.
+const JOURNALED_SCOPES: usize = 4096;
+
+#[derive(Default)]
+struct JournaledScopes {
+    scopes: HashMap<DeliveryId, Scope>,
+    order: VecDeque<DeliveryId>,
+}
+
+impl JournaledScopes {
+    fn keep(&mut self, id: DeliveryId, scope: Scope) {
+        while self.order.len() >= JOURNALED_SCOPES {
+            if let Some(old) = self.order.pop_front() {
+                self.scopes.remove(&old);
+            }
+        }
+        self.order.push_back(id.clone());
+        self.scopes.insert(id, scope);
+    }
+
+    /// The scope, once: a second decision of the same delivery reads it (and is refused).
+    fn take(&mut self, id: &DeliveryId) -> Option<Scope> {
+        // Its id stays in `order` until it comes off the front; that only shortens the cache.
+        self.scopes.remove(id)
+    }
 }
 
 impl PgStore {
@@ -96,7 +138,10 @@ impl PgStore {
             .map_err(|e| {
                 StoreError::Config(format!("the PostgreSQL pool could not be built: {e}"))
             })?;
-        let store = PgStore { pool };
+        let store = PgStore {
+            pool,
+            journaled: Mutex::default(),
+        };
         store.migrate().await?;
         Ok(store)
     }
@@ -324,6 +369,217 @@ impl Tx for PgTx<'_> {
     }
 }
 
+/// The executor of the hot path (journal and decide), outside any explicit transaction: each
+/// statement is atomic on its own, so no BEGIN or COMMIT round trips are paid. A decision
+/// reads its view in one statement and writes everything in one more (`chained`); a write that
+/// loses a race writes nothing and the decision is read and run again.
+///
+/// `exec_all` (not on the hot path) keeps its all-or-nothing meaning: BEGIN, the statements and
+/// COMMIT are queued on the connection at once, one round trip, and a caller that gives up
+/// half-way still leaves the connection outside any transaction.
+struct PgStatements<'a> {
+    client: &'a mut deadpool_postgres::Object,
+    serialization_failure: bool,
+}
+
+impl PgStatements<'_> {
+    fn note(&mut self, e: tokio_postgres::Error) -> StoreError {
+        if is_serialization(&e) {
+            self.serialization_failure = true;
+        }
+        pg_err(e)
+    }
+
+    async fn burst(&mut self, statements: &[&Statement]) -> Result<Vec<u64>> {
+        let mut prepared = Vec::with_capacity(statements.len());
+        for (sql, _) in statements {
+            match self.client.prepare_cached(sql).await {
+                Ok(s) => prepared.push(s),
+                Err(e) => return Err(self.note(e)),
+            }
+        }
+        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = statements
+            .iter()
+            .map(|(_, params)| params.iter().map(as_sql).collect())
+            .collect();
+        let client: &tokio_postgres::Client = self.client;
+        // Each future queues its messages on its first poll, and the joins poll in order.
+        let (begin, writes, commit) = futures_util::future::join3(
+            client.batch_execute("BEGIN"),
+            futures_util::future::join_all(
+                prepared
+                    .iter()
+                    .zip(&refs)
+                    .map(|(st, p)| client.execute(st, p)),
+            ),
+            client.batch_execute("COMMIT"),
+        )
+        .await;
+        if let Err(e) = begin {
+            return Err(self.note(e));
+        }
+        let mut counts = Vec::with_capacity(writes.len());
+        for r in writes {
+            match r {
+                Ok(n) => counts.push(n),
+                // The transaction aborted there, and the COMMIT after it rolled it back.
+                Err(e) => return Err(self.note(e)),
+            }
+        }
+        if let Err(e) = commit {
+            return Err(self.note(e));
+        }
+        Ok(counts)
+    }
+}
+
+impl Tx for PgStatements<'_> {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    async fn exec(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+        let stmt = match self.client.prepare_cached(sql).await {
+            Ok(s) => s,
+            Err(e) => return Err(self.note(e)),
+        };
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
+        match self.client.execute(&stmt, &refs).await {
+            Ok(n) => Ok(n),
+            Err(e) => Err(self.note(e)),
+        }
+    }
+
+    async fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
+        let stmt = match self.client.prepare_cached(sql).await {
+            Ok(s) => s,
+            Err(e) => return Err(self.note(e)),
+        };
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
+        match self.client.query(&stmt, &refs).await {
+            Ok(rows) => rows.iter().map(cells).collect(),
+            Err(e) => Err(self.note(e)),
+        }
+    }
+
+    async fn exec_all(&mut self, statements: &[Statement]) -> Result<Vec<u64>> {
+        let all: Vec<&Statement> = statements.iter().collect();
+        self.burst(&all).await
+    }
+
+    async fn write_decision(
+        &mut self,
+        head: Option<&Statement>,
+        rest: &[Statement],
+    ) -> Result<bool> {
+        if head.is_none() && rest.is_empty() {
+            return Ok(true);
+        }
+        let (sql, params) = chained(head, rest)?;
+        let rows = self.query(&sql, &params).await?;
+        match head {
+            None => Ok(true),
+            Some(_) => Ok(rows.first().map(|r| r.int(0)).transpose()?.unwrap_or(0) > 0),
+        }
+    }
+}
+
+/// A decision's writes as ONE statement: `WITH h AS (head RETURNING 1), w1 AS (…), …`, each
+/// later write reading `h` so it writes nothing when the head changed no row. One statement
+/// is atomic on its own, so it needs no BEGIN or COMMIT: a decision's writes cost one round
+/// trip, and a failure anywhere in it (the proof's primary key) leaves nothing behind.
+///
+/// Every statement keeps its own parameters, renumbered; an `INSERT … VALUES (…)` after a
+/// head becomes `INSERT … SELECT … FROM h`, an `UPDATE … WHERE …` gains `AND EXISTS (SELECT 1
+/// FROM h)`. The parts of one statement share a snapshot and do not see one another's rows,
+/// which is why they depend on the head through `h` and never by reading its table.
+fn chained(head: Option<&Statement>, rest: &[Statement]) -> Result<(String, Vec<Value>)> {
+    let mut sql = String::from("WITH ");
+    let mut params: Vec<Value> = Vec::new();
+    if let Some((head_sql, head_params)) = head {
+        sql.push_str("h AS (");
+        sql.push_str(&renumbered(head_sql, 0));
+        sql.push_str(" RETURNING 1)");
+        params.extend(head_params.iter().cloned());
+    }
+    for (i, (part, part_params)) in rest.iter().enumerate() {
+        let part = renumbered(part, params.len());
+        let part = if head.is_some() {
+            after_head(&part)?
+        } else {
+            part
+        };
+        if head.is_some() || i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(&format!("w{i} AS ({part})"));
+        params.extend(part_params.iter().cloned());
+    }
+    sql.push_str(if head.is_some() {
+        " SELECT COUNT(*) FROM h"
+    } else {
+        " SELECT 1"
+    });
+    Ok((sql, params))
+}
+
+/// `$n` → `$(n + offset)`.
+fn renumbered(sql: &str, offset: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c == '$' {
+            let mut n = 0usize;
+            let mut digits = false;
+            while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
+                n = n * 10 + d as usize;
+                digits = true;
+                chars.next();
+            }
+            if digits {
+                out.push_str(&(n + offset).to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Makes a write depend on the head's row (see `chained`).
+fn after_head(sql: &str) -> Result<String> {
+    if sql.starts_with("INSERT ") {
+        if let Some(at) = sql.find(" VALUES (") {
+            let open = at + " VALUES (".len();
+            let mut depth = 1;
+            for (i, c) in sql[open..].char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' => depth -= 1,
+                    _ => {}
+                }
+                if depth == 0 {
+                    let close = open + i;
+                    return Ok(format!(
+                        "{} SELECT {} FROM h{}",
+                        &sql[..at],
+                        &sql[open..close],
+                        &sql[close + 1..]
+                    ));
+                }
+            }
+        }
+    } else if sql.starts_with("UPDATE ") {
+        if let Some((update, condition)) = sql.split_once(" WHERE ") {
+            return Ok(format!(
+                "{update} WHERE ({condition}) AND EXISTS (SELECT 1 FROM h)"
+            ));
+        }
+    }
+    Err(StoreError::corrupt(format!(
+        "a decision's write cannot follow its head in one statement: {sql}"
+    )))
+}
+
 /// Runs `$body` (which uses the transaction named `$tx`) in a fresh transaction, commits it
 /// (or rolls it back when `$keep` is false), and starts over on a serialization failure.
 /// A macro rather than a function because the body borrows the transaction it runs in.
@@ -376,24 +632,49 @@ impl Store for PgStore {
 
     async fn journal(&self, reception: NewReception) -> Result<DeliveryId> {
         let id = DeliveryId::from_u128(new_id(reception.received_at));
-        transaction!(self, true, |tx| operations::journal(
-            &mut tx, &id, &reception
-        )
-        .await)?;
+        // One statement, atomic on its own: no BEGIN and COMMIT round trips around it.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut client = self.pool.get().await.map_err(pool_err)?;
+            let mut run = PgStatements {
+                client: &mut client,
+                serialization_failure: false,
+            };
+            match operations::journal(&mut run, &id, &reception).await {
+                Ok(()) => break,
+                Err(_) if run.serialization_failure && attempt < MAX_TX_ATTEMPTS => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        self.journaled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keep(id.clone(), operations::journaled_scope(&reception));
         Ok(id)
     }
 
-    async fn decide(&self, request: DecideRequest, matrix: Matrix<'_>) -> Result<DecideOutcome> {
-        let attempt = transaction!(self, true, |tx| operations::decide(
-            &mut tx,
-            &request,
-            |view| Some(matrix(view))
-        )
-        .await)?;
-        match attempt {
-            Attempt::Done(outcome) => Ok(outcome),
-            Attempt::Changed(_) => {
-                Err(StoreError::Conflict("the decision was declined".to_owned()))
+    async fn decide(&self, request: DecideRequest, matrix: &dyn Matrix) -> Result<DecideOutcome> {
+        let known = self
+            .journaled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take(&request.delivery);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut client = self.pool.get().await.map_err(pool_err)?;
+            let mut run = PgStatements {
+                client: &mut client,
+                serialization_failure: false,
+            };
+            let result = operations::decide(&mut run, &request, known.clone(), |view| {
+                matrix.decide(view)
+            })
+            .await;
+            match result {
+                Err(_) if run.serialization_failure && attempt < MAX_TX_ATTEMPTS => continue,
+                result => return result,
             }
         }
     }
@@ -643,5 +924,59 @@ impl Store for PgStore {
         since: OffsetDateTime,
     ) -> Result<Vec<crate::shadow::ShadowCount>> {
         transaction!(self, true, |tx| crate::shadow::counts(&mut tx, since).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::{int, text};
+
+    fn check(head: Option<Statement>, rest: Vec<Statement>, sql: &str, params: usize) {
+        let (got, values) = chained(head.as_ref(), &rest).expect("chained");
+        assert_eq!(got, sql);
+        assert_eq!(values.len(), params);
+    }
+
+    #[test]
+    fn a_decision_is_one_statement_chained_on_its_head() {
+        check(
+            Some((
+                "INSERT INTO a (k) VALUES ($1) ON CONFLICT (k) DO NOTHING",
+                vec![text("k")],
+            )),
+            vec![
+                ("INSERT INTO b (x, y) VALUES ($1, $2) ON CONFLICT (x) DO NOTHING", vec![int(1), int(2)]),
+                ("UPDATE c SET v = $2 WHERE id = $1 OR v IS NULL", vec![text("i"), text("v")]),
+                ("INSERT INTO d (z) VALUES ($1)", vec![int(3)]),
+            ],
+            "WITH h AS (INSERT INTO a (k) VALUES ($1) ON CONFLICT (k) DO NOTHING RETURNING 1), \
+             w0 AS (INSERT INTO b (x, y) SELECT $2, $3 FROM h ON CONFLICT (x) DO NOTHING), \
+             w1 AS (UPDATE c SET v = $5 WHERE (id = $4 OR v IS NULL) AND EXISTS (SELECT 1 FROM h)), \
+             w2 AS (INSERT INTO d (z) SELECT $6 FROM h) \
+             SELECT COUNT(*) FROM h",
+            6,
+        );
+        check(
+            None,
+            vec![
+                ("INSERT INTO b (x) VALUES ($1)", vec![int(1)]),
+                ("INSERT INTO d (z) VALUES ($1)", vec![int(3)]),
+            ],
+            "WITH w0 AS (INSERT INTO b (x) VALUES ($1)), w1 AS (INSERT INTO d (z) VALUES ($2)) SELECT 1",
+            2,
+        );
+    }
+
+    #[test]
+    fn placeholders_are_renumbered_whole() {
+        assert_eq!(renumbered("$1, $9, $10, $21", 10), "$11, $19, $20, $31");
+        assert_eq!(renumbered("x = $1 AND y = 'a$'", 2), "x = $3 AND y = 'a$'");
+    }
+
+    #[test]
+    fn a_write_that_cannot_follow_a_head_is_refused() {
+        assert!(after_head("DELETE FROM a WHERE k = $1").is_err());
+        assert!(after_head("UPDATE a SET v = 1").is_err());
     }
 }

@@ -130,7 +130,7 @@ impl Dialect {
 
 /// A transaction in progress. The operations never begin or end it: the backend does, so it
 /// can batch (SQLite) or retry on serialization failures (PostgreSQL).
-pub(crate) trait Tx {
+pub(crate) trait Tx: Send {
     fn dialect(&self) -> Dialect;
 
     /// Runs a statement and returns the number of rows it changed.
@@ -153,6 +153,28 @@ pub(crate) trait Tx {
         &mut self,
         statements: &[Statement],
     ) -> impl Future<Output = Result<Vec<u64>, StoreError>> + Send;
+
+    /// Runs a decision's writes as one atomic unit: `head`, the conditional write that settles
+    /// a race (an `INSERT … ON CONFLICT` or an `UPDATE … WHERE`), first, and `rest` only if it
+    /// changed a row. Returns whether it did; when it did not, nothing is written.
+    ///
+    /// By default (inside a transaction the backend opened) the statements simply run in
+    /// order. PostgreSQL sends them as one statement instead (see `postgres::chained`).
+    fn write_decision(
+        &mut self,
+        head: Option<&Statement>,
+        rest: &[Statement],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        async move {
+            if let Some((sql, params)) = head {
+                if self.exec(sql, params).await? == 0 {
+                    return Ok(false);
+                }
+            }
+            self.exec_all(rest).await?;
+            Ok(true)
+        }
+    }
 }
 
 /// One statement of an `exec_all` list.

@@ -1,8 +1,9 @@
 //! The embedded SQLite backend: one file, zero set-up, WAL, `synchronous=FULL`.
 //!
 //! All writes go through one dedicated writer thread that owns the only writing connection and
-//! receives work on a channel. It takes every request waiting in the channel, runs each in its
-//! own SAVEPOINT inside one transaction, commits once, and only then answers every caller.
+//! receives work on a channel. It takes every request waiting in the channel (waiting briefly
+//! for the callers of its last batch to come back, see `writer_loop`), runs each in its own
+//! SAVEPOINT inside one transaction, commits once, and only then answers every caller.
 //!
 //! Why batch: with `synchronous=FULL` every commit costs an fsync, which dominates the cost of
 //! a reservation. SQLite allows one writer at a time anyway, so N concurrent callers committing
@@ -12,10 +13,9 @@
 //! others commit.
 //!
 //! Reads use a small pool of separate connections (WAL lets them run beside the writer). A
-//! decision borrows the caller's matrix closure, which cannot be moved into the writer thread,
-//! so it is decided optimistically: the view is read on a reader, the matrix runs on the
-//! caller's task, and the writer re-reads the view inside the batch and applies the decision
-//! only if the view is unchanged — otherwise the caller re-runs the matrix on the new view.
+//! decision is not a read followed by a write: the caller's matrix is shared into the writer
+//! thread, which reads the view, runs the matrix and applies the decision in the item's
+//! SAVEPOINT, so a decision costs one hop to the writer and one read of the view.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -25,6 +25,7 @@ use std::pin::pin;
 use std::sync::{mpsc, Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
 use rusqlite::types::{ToSqlOutput, ValueRef};
@@ -40,8 +41,7 @@ use crate::delivery::{
 };
 use crate::effect::{Claim, EffectRecord};
 use crate::error::StoreError;
-use crate::operations::{self, Attempt};
-use crate::plan::MAX_ATTEMPTS;
+use crate::operations;
 use crate::queue::{QueueFilter, QueueItem, Resolution};
 use crate::reconciliation::{self, MissingOperation, ReconcileAttempt, ResourceScope};
 use crate::report::Report;
@@ -55,6 +55,10 @@ type Result<T> = std::result::Result<T, StoreError>;
 /// The most requests one group commit takes; beyond it the next batch starts, so one huge
 /// burst cannot hold every caller behind a single long transaction.
 const MAX_BATCH: usize = 512;
+
+/// The longest the writer waits for the callers of its last batch to come back before it
+/// starts the next one (see `writer_loop`); well under the cost of the commit it saves.
+const GATHER: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// Reads running at once, each on its own connection kept open for reuse. Opening a SQLite
 /// connection costs far more than a read, so concurrent readers wait for a connection rather
@@ -446,14 +450,32 @@ where
 }
 
 fn writer_loop(mut conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteJob>>) {
+    // The callers answered by the last commit usually come straight back with their next
+    // request, but one at a time: starting the next batch with only the first of them would
+    // pay a whole commit (an fsync) for a handful of items while the rest queue behind it.
+    // So the writer gathers until as many requests as the last batch held are in, or for at
+    // most `GATHER`. A lone caller (a batch of one) never waits.
+    let mut expected = 1;
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
+        let deadline = Instant::now() + GATHER;
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
                 Ok(job) => batch.push(job),
-                Err(_) => break,
+                Err(mpsc::TryRecvError::Disconnected) => break,
+                Err(mpsc::TryRecvError::Empty) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if batch.len() >= expected || left.is_zero() {
+                        break;
+                    }
+                    match jobs.recv_timeout(left) {
+                        Ok(job) => batch.push(job),
+                        Err(_) => break,
+                    }
+                }
             }
         }
+        expected = batch.len();
         run_batch(&mut conn, batch);
     }
 }
@@ -528,37 +550,16 @@ impl Store for SqliteStore {
         Ok(answer)
     }
 
-    async fn decide(&self, request: DecideRequest, matrix: Matrix<'_>) -> Result<DecideOutcome> {
-        let request = Arc::new(request);
-        let req = request.clone();
-        let mut view = self
-            .read(move |tx| now_or_never(operations::view(tx, &req)))
-            .await?;
-        for _ in 0..MAX_ATTEMPTS {
-            let decision = matrix(&view);
-            let expected = view.clone();
-            let req = request.clone();
-            let attempt = self
-                .write(true, move |tx| {
-                    let mut decision = Some(decision);
-                    now_or_never(operations::decide(tx, &req, |now| {
-                        if *now == expected {
-                            decision.take()
-                        } else {
-                            None
-                        }
-                    }))
-                })
-                .await?;
-            match attempt {
-                Attempt::Done(outcome) => return Ok(outcome),
-                Attempt::Changed(current) => view = current,
-            }
-        }
-        Err(StoreError::Conflict(format!(
-            "the key of delivery {} kept changing while it was decided; try again",
-            request.delivery
-        )))
+    async fn decide(&self, request: DecideRequest, matrix: &dyn Matrix) -> Result<DecideOutcome> {
+        // One hop: the writer reads the view, runs the matrix and applies its decision inside
+        // the batch, so nothing can change the view in between (it holds the write lock).
+        let matrix = matrix.share();
+        self.write(true, move |tx| {
+            now_or_never(operations::decide(tx, &request, None, |view| {
+                matrix.decide(view)
+            }))
+        })
+        .await
     }
 
     async fn complete(

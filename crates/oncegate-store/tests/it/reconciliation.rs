@@ -26,7 +26,7 @@ const LEASE: Duration = Duration::seconds(30);
 fn matrix_for(
     criticality: Criticality,
     confidence: Confidence,
-) -> impl Fn(&oncegate_store::PriorView) -> Decision + Send + Sync {
+) -> impl Fn(&oncegate_store::PriorView) -> Decision + Clone + Send + Sync {
     move |view| {
         matrix::decide(&Situation::Identified {
             criticality,

@@ -28,7 +28,7 @@ const LEASE: Duration = Duration::seconds(30);
 fn matrix_for(
     criticality: Criticality,
     confidence: Confidence,
-) -> impl Fn(&oncegate_store::PriorView) -> Decision + Send + Sync {
+) -> impl Fn(&oncegate_store::PriorView) -> Decision + Clone + Send + Sync {
     move |view| {
         matrix::decide(&Situation::Identified {
             criticality,
@@ -44,7 +44,7 @@ fn matrix_for(
     }
 }
 
-fn strong_critical() -> impl Fn(&oncegate_store::PriorView) -> Decision + Send + Sync {
+fn strong_critical() -> impl Fn(&oncegate_store::PriorView) -> Decision + Clone + Send + Sync {
     matrix_for(Criticality::Critical, Confidence::Strong)
 }
 
@@ -148,7 +148,7 @@ async fn deliver(
     store: &Arc<dyn Store>,
     d: Delivery<'_>,
     key: Option<EffectKey>,
-    matrix: &(dyn Fn(&oncegate_store::PriorView) -> Decision + Send + Sync),
+    matrix: &dyn oncegate_store::Matrix,
 ) -> (DeliveryId, DecideOutcome) {
     let id = store.journal(reception(&d)).await.expect("journal");
     let outcome = store
