@@ -478,6 +478,36 @@ async fn apply<T: Tx + Send>(
     // statement and one round trip on PostgreSQL).
     let mut head: Option<Statement> = None;
     let mut writes: Vec<Statement> = Vec::new();
+    // A new effect reserved for this delivery with fencing token 1, in the unique index
+    // (`scope_hash` given) or beside it (a possible duplicate, an unkeyed delivery).
+    let reserve_new = |writes: &mut Vec<Statement>, id: &EffectId, scope_hash: Option<&str>| {
+        writes.push(insert_effect(NewEffect {
+            id,
+            scope,
+            event_type: event_type.as_deref(),
+            strategy: key.map(|k| &k.strategy),
+            key_value: key.map(|k| k.value.as_str()),
+            scope_hash,
+            durable,
+            state: EffectState::Reserved,
+            token: 1,
+            lease_until: Some(lease_until),
+            holder: None,
+            discriminants: discriminants.clone(),
+            authoritative_ref: None,
+            first_delivery: &req.delivery,
+            queue_item: None,
+            now,
+            resource: req.resource.as_deref(),
+            critical: req.critical,
+        }));
+        writes.push(link(id, &req.delivery, LinkKind::Reserved, now));
+        Ok::<_, StoreError>(Reservation {
+            effect: id.clone(),
+            fencing_token: 1,
+            lease_until: from_ms(lease_until)?,
+        })
+    };
     match plan::plan(key, view, &decision) {
         Plan::ReserveIndexed => {
             let id = EffectId::from_u128(new_id(req.now));
@@ -494,32 +524,7 @@ async fn apply<T: Tx + Send>(
                  WHERE effect_index.expires_at IS NOT NULL AND effect_index.expires_at <= $4",
                 vec![text(hash.as_str()), text(id.as_str()), opt_int(expires), int(now)],
             ));
-            writes.push(insert_effect(NewEffect {
-                id: &id,
-                scope,
-                event_type: event_type.as_deref(),
-                strategy: key.map(|k| &k.strategy),
-                key_value: key.map(|k| k.value.as_str()),
-                scope_hash: Some(hash.as_str()),
-                durable,
-                state: EffectState::Reserved,
-                token: 1,
-                lease_until: Some(lease_until),
-                holder: None,
-                discriminants: discriminants.clone(),
-                authoritative_ref: None,
-                first_delivery: &req.delivery,
-                queue_item: None,
-                now,
-                resource: req.resource.as_deref(),
-                critical: req.critical,
-            }));
-            writes.push(link(&id, &req.delivery, LinkKind::Reserved, now));
-            reservation = Some(Reservation {
-                effect: id.clone(),
-                fencing_token: 1,
-                lease_until: from_ms(lease_until)?,
-            });
+            reservation = Some(reserve_new(&mut writes, &id, Some(hash.as_str()))?);
             effect = Some(id);
         }
         Plan::Takeover { effect: id, token } => {
@@ -542,32 +547,7 @@ async fn apply<T: Tx + Send>(
         }
         Plan::ReserveUnindexed => {
             let id = EffectId::from_u128(new_id(req.now));
-            writes.push(insert_effect(NewEffect {
-                id: &id,
-                scope,
-                event_type: event_type.as_deref(),
-                strategy: key.map(|k| &k.strategy),
-                key_value: key.map(|k| k.value.as_str()),
-                scope_hash: hash.as_deref(),
-                durable,
-                state: EffectState::Reserved,
-                token: 1,
-                lease_until: Some(lease_until),
-                holder: None,
-                discriminants: discriminants.clone(),
-                authoritative_ref: None,
-                first_delivery: &req.delivery,
-                queue_item: None,
-                now,
-                resource: req.resource.as_deref(),
-                critical: req.critical,
-            }));
-            writes.push(link(&id, &req.delivery, LinkKind::Reserved, now));
-            reservation = Some(Reservation {
-                effect: id.clone(),
-                fencing_token: 1,
-                lease_until: from_ms(lease_until)?,
-            });
+            reservation = Some(reserve_new(&mut writes, &id, hash.as_deref())?);
             effect = Some(id);
         }
         Plan::Link { effect: id, kind } => {
