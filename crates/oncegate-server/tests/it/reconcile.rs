@@ -292,8 +292,10 @@ pub async fn a_dead_authority_leaves_the_item_open_and_never_slows_ingestion(kin
         .payflow("acme", &refund("pay_3", "100", "2024-05-03T09:05:00Z"))
         .await;
     assert_eq!(third.str("action"), "process", "{}", third.text);
+    // The bound is far above a normal post and below the authority's 5 s timeout, so it tells
+    // "did not wait for the authority" from "waited", without timing the machine.
     assert!(
-        started.elapsed() < Duration::from_millis(300),
+        started.elapsed() < Duration::from_secs(3),
         "a post took {:?} while the authority hung",
         started.elapsed()
     );
