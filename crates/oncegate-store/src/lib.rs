@@ -36,6 +36,8 @@ pub mod postgres;
 mod schema;
 mod sql;
 pub mod sqlite;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use alias::{MigrationSource, NewAlias};
 pub use breaker::{Breaker, BreakerRecord, BreakerRule, BreakerScope, BreakerState};

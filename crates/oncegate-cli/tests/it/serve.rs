@@ -155,35 +155,11 @@ async fn serve_answers_on_sqlite_and_stops_gracefully() {
 
 #[tokio::test]
 async fn serve_answers_on_postgresql() {
-    let admin = std::env::var("ONCEGATE_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    let name = format!(
-        "oncegate_cli_{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros()
-    );
-    let created = Command::new("psql")
-        .args([admin.as_str(), "-qc", &format!("CREATE DATABASE {name}")])
-        .status()
-        .expect("psql runs");
-    assert!(created.success(), "creating the test database");
-    let url = match admin.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{name}"),
-        None => panic!("ONCEGATE_TEST_PG must end with a database name"),
-    };
-    let server = start(&url);
+    let db = oncegate_store::testing::TestDatabase::postgres("oncegate_cli_test").await;
+    let server = start(&db.url);
     exercise(&server).await;
     stop(server);
-    let _ = Command::new("psql")
-        .args([
-            admin.as_str(),
-            "-qc",
-            &format!("DROP DATABASE IF EXISTS {name}"),
-        ])
-        .status();
+    db.cleanup().await;
 }
 
 #[test]

@@ -2,19 +2,17 @@
 //! temporary SQLite file or a fresh PostgreSQL database (dropped afterwards), the shipped
 //! example contract, test secrets and tokens, and a clock the test can move forward.
 
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use oncegate_core::contract::{self, Contract, Encoding};
 use oncegate_server::{ApiToken, ProviderSecrets, ServiceConfig};
+pub use oncegate_store::testing::pg_admin;
+use oncegate_store::testing::TestDatabase;
 use serde_json::Value;
-use tempfile::TempDir;
 use time::OffsetDateTime;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-
-/// The admin URL used to create test databases; `ONCEGATE_TEST_PG` overrides it.
-const DEFAULT_PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
 pub const CONTRACT: &str = include_str!("../../../../examples/oncegate.toml");
 
@@ -45,91 +43,27 @@ pub enum Kind {
 /// One backend instance for one test.
 pub struct Backend {
     pub url: String,
-    _dir: Option<TempDir>,
+    db: TestDatabase,
     /// (admin URL, database name) for PostgreSQL.
     pub admin: Option<(String, String)>,
 }
 
-fn pg_admin_url() -> String {
-    std::env::var("ONCEGATE_TEST_PG").unwrap_or_else(|_| DEFAULT_PG_ADMIN.to_owned())
-}
-
-pub async fn pg_admin(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap_or_else(|e| {
-            panic!("the server tests need PostgreSQL at {url} (set ONCEGATE_TEST_PG): {e}")
-        });
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
-}
-
-/// The URL of database `name` on the same server as `admin`.
-fn with_database(admin: &str, name: &str) -> String {
-    let (base, query) = match admin.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (admin, None),
-    };
-    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
-    let host_part = match base[scheme_end..].find('/') {
-        Some(i) => &base[..scheme_end + i],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{host_part}/{name}?{q}"),
-        None => format!("{host_part}/{name}"),
-    }
-}
-
-static DATABASES: AtomicU32 = AtomicU32::new(0);
-
 impl Backend {
     pub async fn new(kind: Kind) -> Backend {
-        match kind {
-            Kind::Sqlite => {
-                let dir = tempfile::tempdir().expect("a temporary directory");
-                let url = format!("sqlite://{}", dir.path().join("oncegate.db").display());
-                Backend {
-                    url,
-                    _dir: Some(dir),
-                    admin: None,
-                }
-            }
-            Kind::Postgres => {
-                let admin = pg_admin_url();
-                let name = format!(
-                    "oncegate_server_test_{}_{}_{}",
-                    std::process::id(),
-                    DATABASES.fetch_add(1, Ordering::SeqCst),
-                    OffsetDateTime::now_utc().unix_timestamp_nanos() % 1_000_000_000
-                );
-                let client = pg_admin(&admin).await;
-                client
-                    .batch_execute(&format!("CREATE DATABASE {name}"))
-                    .await
-                    .expect("CREATE DATABASE");
-                Backend {
-                    url: with_database(&admin, &name),
-                    _dir: None,
-                    admin: Some((admin, name)),
-                }
-            }
+        let db = match kind {
+            Kind::Sqlite => TestDatabase::sqlite(),
+            Kind::Postgres => TestDatabase::postgres("oncegate_server_test").await,
+        };
+        Backend {
+            url: db.url.clone(),
+            admin: db.admin.clone(),
+            db,
         }
     }
 
     /// Drops the test database.
     pub async fn cleanup(self) {
-        if let Some((admin, name)) = &self.admin {
-            let client = pg_admin(admin).await;
-            if let Err(e) = client
-                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                .await
-            {
-                eprintln!("could not drop {name}: {e:?}");
-            }
-        }
+        self.db.cleanup().await;
     }
 }
 

@@ -3,11 +3,8 @@
 
 use std::sync::Arc;
 
+use oncegate_store::testing::{pg_admin, TestDatabase};
 use oncegate_store::Store;
-use tempfile::TempDir;
-
-/// The admin URL used to create test databases; `ONCEGATE_TEST_PG` overrides it.
-const DEFAULT_PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -19,71 +16,25 @@ pub enum Kind {
 pub struct Backend {
     pub kind: Kind,
     pub url: String,
-    _dir: Option<TempDir>,
-    admin: Option<(String, String)>,
-}
-
-fn pg_admin_url() -> String {
-    std::env::var("ONCEGATE_TEST_PG").unwrap_or_else(|_| DEFAULT_PG_ADMIN.to_owned())
-}
-
-async fn pg_admin(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap_or_else(|e| {
-            panic!("the conformance suite needs PostgreSQL at {url} (set ONCEGATE_TEST_PG): {e}")
-        });
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
-}
-
-/// The URL of database `name` on the same server as `admin`.
-fn with_database(admin: &str, name: &str) -> String {
-    let (base, query) = match admin.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (admin, None),
-    };
-    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
-    let host_part = match base[scheme_end..].find('/') {
-        Some(i) => &base[..scheme_end + i],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{host_part}/{name}?{q}"),
-        None => format!("{host_part}/{name}"),
-    }
+    db: TestDatabase,
 }
 
 impl Backend {
     pub async fn sqlite() -> Backend {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let url = format!("sqlite://{}", dir.path().join("oncegate.db").display());
+        let db = TestDatabase::sqlite();
         Backend {
             kind: Kind::Sqlite,
-            url,
-            _dir: Some(dir),
-            admin: None,
+            url: db.url.clone(),
+            db,
         }
     }
 
     pub async fn postgres() -> Backend {
-        let admin = pg_admin_url();
-        let name = format!(
-            "oncegate_test_{}",
-            ulid::Ulid::new().to_string().to_lowercase()
-        );
-        let client = pg_admin(&admin).await;
-        client
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await
-            .expect("CREATE DATABASE");
+        let db = TestDatabase::postgres("oncegate_test").await;
         Backend {
             kind: Kind::Postgres,
-            url: with_database(&admin, &name),
-            _dir: None,
-            admin: Some((admin, name)),
+            url: db.url.clone(),
+            db,
         }
     }
 
@@ -97,9 +48,9 @@ impl Backend {
     pub fn unreachable_url(&self) -> String {
         match self.kind {
             Kind::Sqlite => {
-                let dir = self._dir.as_ref().expect("sqlite has a directory");
+                let dir = self.db.dir().expect("sqlite has a directory");
                 // A path under a regular file cannot be created, even by root.
-                let file = dir.path().join("not-a-directory");
+                let file = dir.join("not-a-directory");
                 std::fs::write(&file, b"x").expect("write a file");
                 format!("sqlite://{}", file.join("oncegate.db").display())
             }
@@ -138,7 +89,7 @@ impl Backend {
     /// connections). Returns false where there is no such outage to stage: an open SQLite file
     /// stays usable to its process even when unlinked.
     pub async fn take_down(&self) -> bool {
-        match &self.admin {
+        match &self.db.admin {
             Some((admin, name)) => {
                 let client = pg_admin(admin).await;
                 client
@@ -153,14 +104,6 @@ impl Backend {
 
     /// Drops the test database; the test's stores must be gone already.
     pub async fn cleanup(self) {
-        if let Some((admin, name)) = &self.admin {
-            let client = pg_admin(admin).await;
-            if let Err(e) = client
-                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                .await
-            {
-                eprintln!("could not drop {name}: {e:?}");
-            }
-        }
+        self.db.cleanup().await;
     }
 }

@@ -1,0 +1,135 @@
+//! Throwaway databases for tests (feature `testing`): a temporary SQLite file, or a fresh
+//! PostgreSQL database created for one test on the server named by `ONCEGATE_TEST_PG` and
+//! dropped by [`TestDatabase::cleanup`]. The store's conformance suite, the service's tests and
+//! programs embedding oncegate all get their databases the same way, so no test depends on
+//! state an earlier run left behind.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use tempfile::TempDir;
+
+/// The admin URL test databases are created with unless `ONCEGATE_TEST_PG` says otherwise.
+pub const DEFAULT_PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// The admin URL in force: `ONCEGATE_TEST_PG`, else [`DEFAULT_PG_ADMIN`].
+pub fn pg_admin_url() -> String {
+    std::env::var("ONCEGATE_TEST_PG").unwrap_or_else(|_| DEFAULT_PG_ADMIN.to_owned())
+}
+
+/// A plain client on `url`, for set-up statements. Panics with what to do when PostgreSQL is
+/// not there: a test cannot go on without it.
+pub async fn pg_admin(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "these tests need PostgreSQL at {url} (set ONCEGATE_TEST_PG to an admin URL): {e}"
+            )
+        });
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// The URL of database `name` on the same server, with the same options, as `admin`.
+pub fn with_database(admin: &str, name: &str) -> String {
+    let (base, query) = match admin.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (admin, None),
+    };
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let host_part = match base[scheme_end..].find('/') {
+        Some(i) => &base[..scheme_end + i],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{host_part}/{name}?{q}"),
+        None => format!("{host_part}/{name}"),
+    }
+}
+
+/// Databases created by this process, so two tests starting in the same instant never collide.
+static CREATED: AtomicU32 = AtomicU32::new(0);
+
+/// One database for one test: a URL any number of stores can be opened on.
+pub struct TestDatabase {
+    pub url: String,
+    dir: Option<TempDir>,
+    /// `(admin URL, database name)` for PostgreSQL.
+    pub admin: Option<(String, String)>,
+}
+
+impl TestDatabase {
+    /// A SQLite file in a new temporary directory (removed when this value is dropped).
+    pub fn sqlite() -> TestDatabase {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("oncegate.db").display());
+        TestDatabase {
+            url,
+            dir: Some(dir),
+            admin: None,
+        }
+    }
+
+    /// A new, empty PostgreSQL database named `{prefix}_{unique}`.
+    pub async fn postgres(prefix: &str) -> TestDatabase {
+        let admin = pg_admin_url();
+        let name = format!(
+            "{prefix}_{}_{}",
+            ulid::Ulid::new().to_string().to_lowercase(),
+            CREATED.fetch_add(1, Ordering::SeqCst)
+        );
+        pg_admin(&admin)
+            .await
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+        TestDatabase {
+            url: with_database(&admin, &name),
+            dir: None,
+            admin: Some((admin, name)),
+        }
+    }
+
+    /// The SQLite file's directory (`None` for PostgreSQL).
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_ref().map(TempDir::path)
+    }
+
+    /// Drops the PostgreSQL database, closing whatever still holds it; a SQLite directory goes
+    /// with the value.
+    pub async fn cleanup(self) {
+        if let Some((admin, name)) = &self.admin {
+            if let Err(e) = pg_admin(admin)
+                .await
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .await
+            {
+                eprintln!("could not drop the test database {name}: {e}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn a_database_name_replaces_the_admin_one_and_keeps_the_options() {
+        let check = |admin: &str, expected: &str| {
+            assert_eq!(with_database(admin, "t1"), expected, "{admin}")
+        };
+        check(
+            "postgres://postgres@127.0.0.1:5432/postgres",
+            "postgres://postgres@127.0.0.1:5432/t1",
+        );
+        check(
+            "postgres://u@h/db?sslmode=disable",
+            "postgres://u@h/t1?sslmode=disable",
+        );
+        check("postgres://u@h", "postgres://u@h/t1");
+    }
+}
