@@ -50,6 +50,11 @@ pub async fn run(store: &dyn Store, contract: &Contract, dry_run: bool) -> Resul
     writeln!(w, "  queue items removed    {}", c.queue_items)?;
     writeln!(
         w,
+        "  observations removed   {} (breaker counters, settled missing-operation records)",
+        c.observations
+    )?;
+    writeln!(
+        w,
         "  durable identities     {} kept without their proofs (effects of durable types are never purged)",
         c.durable_identities_kept
     )?;

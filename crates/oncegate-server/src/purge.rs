@@ -38,6 +38,7 @@ pub(crate) async fn run(state: AppState, every: Duration) {
                 effects = c.effects,
                 queue_items = c.queue_items,
                 durable_identities_kept = c.durable_identities_kept,
+                observations = c.observations,
                 "retention purge applied"
             ),
             Err(e) => {

@@ -1356,6 +1356,16 @@ pub(crate) async fn purge<T: Tx + Send>(
             cut,
         )
         .await?;
+    // Counters and settled sightings are observations, not proofs: past the proof retention
+    // they explain nothing anyone can still ask about. Without this they would only grow.
+    counts.observations = tx
+        .exec("DELETE FROM breaker_counts WHERE bucket < $1", cut)
+        .await?
+        + tx.exec(
+            "DELETE FROM missing_operations WHERE settled_at IS NOT NULL AND settled_at < $1",
+            cut,
+        )
+        .await?;
     let kept = tx
         .query(
             "SELECT COUNT(*) FROM effects e WHERE e.durable = TRUE \

@@ -30,4 +30,7 @@ pub struct PurgeCounts {
     /// Effects of durable types whose deliveries and proofs are all gone and whose identity is
     /// kept regardless (what a late delivery of the same key still finds).
     pub durable_identities_kept: u64,
+    /// Observations older than the proof retention: collision-breaker counter buckets and
+    /// settled missing-operation records (a breaker's state and any open record stay).
+    pub observations: u64,
 }

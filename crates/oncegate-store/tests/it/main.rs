@@ -103,6 +103,7 @@ mod safety_on {
         safety;
         the_breaker_opens_once_past_the_threshold_and_an_operator_closes_it,
         old_matches_leave_the_breaker_window,
+        purge_removes_old_breaker_counters,
         a_transport_ignore_points_at_the_effects_first_delivery,
         report_rows_are_per_tenant,
     );

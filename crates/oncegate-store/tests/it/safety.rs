@@ -7,7 +7,7 @@ use std::sync::Arc;
 use oncegate_core::matrix::{self, Confidence, Criticality, Decision, Keyed, Situation};
 use oncegate_store::{
     BreakerRule, BreakerScope, BreakerState, DecideRequest, EffectKey, Horizon, NewReception,
-    Store, StoreError, StrategyRef, TenantFilter, TransportKey, TransportStrength,
+    PurgePolicy, Store, StoreError, StrategyRef, TenantFilter, TransportKey, TransportStrength,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -164,6 +164,44 @@ pub async fn old_matches_leave_the_breaker_window(b: &Backend) {
         .unwrap();
     assert_eq!((r.breaker.matches, r.breaker.collisions), (1, 1));
     assert!(!r.breaker.is_open());
+}
+
+/// Breaker counters are observations: past the proof retention, purge removes them (and only
+/// them: a breaker's state stays), and a dry run removes nothing.
+pub async fn purge_removes_old_breaker_counters(b: &Backend) {
+    let store = b.open().await;
+    let s = scope("fingerprint");
+    for i in 0..3 {
+        store
+            .breaker_record(&s, true, &rule(), t0() + Duration::seconds(i))
+            .await
+            .unwrap();
+    }
+    let policy = PurgePolicy {
+        payload_retention: Duration::days(1),
+        proof_retention: Duration::days(30),
+    };
+    let early = store
+        .purge(&policy, t0() + Duration::days(2), false)
+        .await
+        .unwrap();
+    assert_eq!(
+        early.observations, 0,
+        "counters inside the proof retention stay"
+    );
+    let late = t0() + Duration::days(31);
+    let dry = store.purge(&policy, late, true).await.unwrap();
+    assert_eq!(dry.observations, 1, "the three matches share one bucket");
+    let gone = store.purge(&policy, late, false).await.unwrap();
+    assert_eq!(gone.observations, 1);
+    let again = store.purge(&policy, late, false).await.unwrap();
+    assert_eq!(again.observations, 0);
+    // Nothing of it counts any more, even when read with a window reaching back that far.
+    let wide = BreakerRule {
+        window: Duration::days(60),
+        ..rule()
+    };
+    assert_eq!(store.breaker(&s, &wide, late).await.unwrap().matches, 0);
 }
 
 fn strong_critical(view: &oncegate_store::PriorView) -> Decision {
