@@ -390,6 +390,43 @@ pub async fn missing_operations_reach_the_report(b: &Backend) {
         .unwrap();
     let report = store.report(&TenantFilter::All, t0()).await.unwrap();
     assert_eq!(report.total.missing_at_source_check, 0);
+
+    // Settled sightings are observations: purge removes them past the proof retention, and
+    // keeps one that is still open however old it is.
+    let late = t0() + Duration::days(31);
+    store
+        .record_missing(
+            &scope("pay_2"),
+            &[missing("re_Z")],
+            t0() + Duration::seconds(3),
+        )
+        .await
+        .unwrap();
+    let policy = oncegate_store::PurgePolicy {
+        payload_retention: Duration::days(1),
+        proof_retention: Duration::days(30),
+    };
+    assert_eq!(
+        store
+            .purge(&policy, late, false)
+            .await
+            .unwrap()
+            .observations,
+        2
+    );
+    assert_eq!(
+        store
+            .purge(&policy, late, false)
+            .await
+            .unwrap()
+            .observations,
+        0
+    );
+    let report = store.report(&TenantFilter::All, t0()).await.unwrap();
+    assert_eq!(
+        report.total.missing_at_source_check, 1,
+        "the open one stays"
+    );
 }
 
 pub async fn items_that_keep_failing_go_to_the_back(b: &Backend) {
