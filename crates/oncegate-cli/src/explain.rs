@@ -99,6 +99,20 @@ pub async fn render(store: &dyn Store, id: &str) -> Result<String> {
         if let Some(scope) = details.get("scope").and_then(|v| v.as_str()) {
             writeln!(w, "  scope      {scope}")?;
         }
+        let shared: Vec<&str> = details
+            .get("shared_by")
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str())
+            .collect();
+        if !shared.is_empty() {
+            writeln!(
+                w,
+                "  shared     one effect for the types {} (they declare the same operation)",
+                shared.join(", ")
+            )?;
+        }
         for note in details
             .get("notes")
             .and_then(|v| v.as_array())

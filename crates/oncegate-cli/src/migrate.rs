@@ -14,7 +14,7 @@ use anyhow::{anyhow, bail, Result};
 use oncegate_core::contract::Contract;
 use oncegate_core::identity::{identify, Origin};
 use oncegate_core::json::{self, Limits};
-use oncegate_store::{MigrationSource, NewAlias, Store};
+use oncegate_store::{KeyScope, MigrationSource, NewAlias, Store};
 use std::fmt::Write as _;
 use time::OffsetDateTime;
 
@@ -98,6 +98,7 @@ async fn one(
             provider: s.provider.clone(),
             env: s.env.clone(),
             event_type: s.event_type.clone(),
+            scope: KeyScope::of(&key),
             strategy: key.strategy,
             version: key.version,
             key: key.key,
@@ -123,8 +124,21 @@ pub async fn run(store: &dyn Store, contract: &Contract, salt: Option<Vec<u8>>) 
         None => bail!("the contract declares sensitive fields: set ONCEGATE_KEY_SALT or ONCEGATE_KEY_SALT_FILE to the service's salt, or the new keys would not match the service's"),
     };
     let now = OffsetDateTime::now_utc();
-    let sources = store.migration_sources().await?;
     let mut out = String::new();
+    // Keys that operation-scoped strategies wrote under their event type first move to their
+    // operation's scope (`serve` does the same at start), so the aliases below see one key per
+    // effect.
+    let moved = store
+        .rescope(&oncegate_store::OperationScope::from_contract(contract))
+        .await?;
+    if moved.effects > 0 || moved.doubled > 0 {
+        let _ = writeln!(
+            out,
+            "operation scope: {} effect(s) moved to their operation's scope, {} reserved once per event type before (each may have run twice)",
+            moved.effects, moved.doubled
+        );
+    }
+    let sources = store.migration_sources().await?;
     let (mut aliased, mut held, mut unchanged, mut not) = (0, 0, 0, 0);
     for s in &sources {
         let from = s

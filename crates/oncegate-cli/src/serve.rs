@@ -69,6 +69,23 @@ pub async fn run(o: Options<'_>) -> Result<()> {
     let store = oncegate_store::open(&url)
         .await
         .with_context(|| format!("opening the store ({})", store_kind(&url)))?;
+    // Keys of operation-scoped strategies written before they were scoped by the operation
+    // are moved once; later runs find nothing to move.
+    let moved = store
+        .rescope(&oncegate_store::OperationScope::from_contract(&contract))
+        .await
+        .context("moving operation-scoped keys to their operation's scope")?;
+    if moved.effects > 0 {
+        tracing::info!(
+            effects = moved.effects,
+            index_entries = moved.index_entries,
+            queue_items = moved.queue_items,
+            "operation-scoped keys moved to their operation's scope"
+        );
+    }
+    if moved.doubled > 0 {
+        tracing::warn!(effects = moved.doubled, "effects of an operation-scoped key were reserved once per event type before keys were scoped by the operation: each is a business effect that may have run twice; `oncegate report` and `explain` show them");
+    }
     let secrets = ProviderSecrets::resolve(&contract).map_err(anyhow::Error::msg)?;
     for w in &secrets.warnings {
         tracing::warn!("{w}");

@@ -54,8 +54,14 @@ pub struct EffectKey {
     pub level: Level,
     pub confidence: Confidence,
     pub horizon: Duration,
-    /// The scope in words: `tenant/provider/env/type[/resource]`.
+    /// The scope in words: `tenant/provider/env/type:T[/resource]`, or
+    /// `tenant/provider/env/operation:O[/resource]` for an operation-scoped strategy.
     pub scope: String,
+    /// The declared operation when the strategy's scope is `operation`: the key is then shared
+    /// by every type of the provider that declares this operation (one business effect seen
+    /// through several event types), and whoever indexes the key must scope it by this
+    /// operation, never by the event type. `None` for a type-scoped key.
+    pub operation: Option<String>,
     pub fields: Vec<UsedField>,
 }
 
@@ -405,6 +411,7 @@ fn strategy_key(
         confidence: s.confidence,
         horizon: s.horizon,
         scope,
+        operation: (s.scope == ScopeKind::Operation).then(|| t.operation.clone()),
         fields: used,
     })
 }

@@ -23,8 +23,8 @@ use oncegate_core::matrix::{
     self, Confidence, Criticality, Difference, Keyed, Rejection, Situation,
 };
 use oncegate_store::{
-    DecideOutcome, DecideRequest, EffectKey, Horizon, NewReception, PriorView, StoreError,
-    StrategyRef, TransportKey, TransportStrength,
+    DecideOutcome, DecideRequest, EffectKey, Horizon, KeyScope, NewReception, PriorView,
+    StoreError, StrategyRef, TransportKey, TransportStrength,
 };
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
@@ -289,7 +289,7 @@ async fn ingest(state: &AppState, r: Reception) -> Result<DecisionBody, ApiError
     };
     let transport = transport_key(&r, provider);
     let plan = match type_def {
-        Some(t) => Plan::identified(t, &r, &doc, &state.salt),
+        Some(t) => Plan::identified(provider, t, &r, &doc, &state.salt),
         None => Plan::no_contract(
             &r.provider,
             provider.is_some(),
@@ -697,7 +697,13 @@ struct Plan {
 }
 
 impl Plan {
-    fn identified(t: &EventType, r: &Reception, doc: &json::Value, salt: &[u8]) -> Plan {
+    fn identified(
+        provider: Option<&Provider>,
+        t: &EventType,
+        r: &Reception,
+        doc: &json::Value,
+        salt: &[u8],
+    ) -> Plan {
         let id: Identity = identity::identify(t, r.origin(), doc, salt);
         // `identify` walks the hierarchy in order and stops at the first key, so the skipped
         // strategies are the first ones of the type's list.
@@ -738,6 +744,17 @@ impl Plan {
             };
         };
         details.scope = Some(k.scope.clone());
+        // An operation-scoped key is one effect for every type declaring the operation: the
+        // proof names them, so support can see why a `charge.captured` was ignored after a
+        // `payment.succeeded`.
+        if let (Some(op), Some(p)) = (&k.operation, provider) {
+            details.shared_by = p
+                .types
+                .values()
+                .filter(|o| &o.operation == op)
+                .map(|o| o.name.clone())
+                .collect();
+        }
         details.confidence = Some(k.confidence.as_str().to_owned());
         details.fields = k
             .fields
@@ -755,6 +772,7 @@ impl Plan {
         let key = EffectKey {
             strategy: strategy.clone(),
             value: k.key.clone(),
+            scope: KeyScope::of(k),
             confidence: k.confidence,
             horizon: if t.durable {
                 Horizon::Durable

@@ -18,8 +18,8 @@ use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
 use oncegate_core::json::{self, Limits};
 use oncegate_core::matrix::{Action, Criticality, Decision, Flag, Layer};
 use oncegate_store::{
-    BreakerRule, BreakerScope, DecideRequest, EffectKey, EffectState, Horizon, NewReception,
-    PriorView, ProofRecord, Store, StoreError,
+    BreakerRule, BreakerScope, DecideRequest, EffectKey, EffectState, Horizon, KeyScope,
+    NewReception, PriorView, ProofRecord, Store, StoreError,
 };
 use time::OffsetDateTime;
 
@@ -137,6 +137,16 @@ pub async fn replay(
         (Some(strategy), Some(value), Some(confidence)) => Some(EffectKey {
             strategy: strategy.clone(),
             value: value.clone(),
+            // The proof's strategy as the contract defines it; a strategy the contract no
+            // longer has was necessarily type-scoped or is unreachable by any new key anyway.
+            scope: type_def
+                .and_then(|t| {
+                    t.strategies
+                        .iter()
+                        .find(|s| s.name == strategy.name && s.version == strategy.version)
+                        .map(|s| KeyScope::of_strategy(t, s))
+                })
+                .unwrap_or_default(),
             confidence,
             horizon: match type_def {
                 Some(t) if t.durable => Horizon::Durable,

@@ -9,7 +9,7 @@ use oncegate_core::identity::{self, Origin};
 use oncegate_core::ids::DeliveryId;
 use oncegate_core::json;
 use oncegate_core::matrix::{self, Action, Keyed, Prior, Situation, TransportMatch};
-use oncegate_store::{ShadowDisagreement, ShadowObservation};
+use oncegate_store::{KeyScope, ShadowDisagreement, ShadowObservation};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -110,6 +110,7 @@ pub(crate) async fn verdicts(
             strategy: k.strategy.clone(),
             version: k.version,
             key: k.key.clone(),
+            scope: KeyScope::of(&k),
             delivery: delivery.clone(),
             discriminants,
             expires_at: (!t.durable).then(|| now + to_time(k.horizon)),

@@ -165,6 +165,10 @@ pub(crate) struct ProofDetails {
     pub skipped: Vec<SkippedBody>,
     #[serde(default)]
     pub scope: Option<String>,
+    /// For an operation-scoped key: every type of the provider declaring the operation, which
+    /// all share this key (one business effect).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_by: Vec<String>,
     #[serde(default)]
     pub fields: Vec<UsedFieldBody>,
     #[serde(default)]

@@ -97,6 +97,7 @@ fn request(delivery: DeliveryId, i: usize) -> DecideRequest {
                 level: "business_ref".into(),
             },
             value: format!("re_{i}"),
+            scope: Default::default(),
             confidence: Confidence::Strong,
             horizon: Horizon::For(Duration::days(3)),
             discriminants: [("amount".to_owned(), "1000".to_owned())]

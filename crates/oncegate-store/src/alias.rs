@@ -59,6 +59,8 @@ pub struct NewAlias {
     pub version: u32,
     /// The key value as the core made it.
     pub key: String,
+    /// The event type, or the operation several types share (as for an effect key).
+    pub scope: crate::decision::KeyScope,
     pub now: OffsetDateTime,
 }
 
@@ -106,7 +108,7 @@ pub(crate) async fn record_alias<T: Tx + Send>(
         &alias.tenant,
         &alias.provider,
         &alias.env,
-        alias.event_type.as_deref(),
+        alias.scope.part(alias.event_type.as_deref()).as_deref(),
         &alias.strategy,
         alias.version,
         &alias.key,

@@ -31,14 +31,66 @@ pub enum Horizon {
     For(Duration),
 }
 
+/// What a key is scoped by besides tenant, provider, environment and strategy name+version.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub enum KeyScope {
+    /// The delivery's event type (the default): two types never share a key.
+    #[default]
+    EventType,
+    /// A declared operation (the strategy's `scope = "operation"`): every type that declares
+    /// it shares the key, so one business effect seen through two event types is reserved once.
+    Operation(String),
+}
+
+impl KeyScope {
+    /// The scope of a key the core's identity made: its declared operation when the strategy
+    /// is operation-scoped, else the event type.
+    pub fn of(key: &oncegate_core::identity::EffectKey) -> KeyScope {
+        key.operation
+            .clone()
+            .map_or(KeyScope::EventType, KeyScope::Operation)
+    }
+
+    /// The scope a type's strategy gives its keys (for a key read back from a proof).
+    pub fn of_strategy(
+        t: &oncegate_core::contract::EventType,
+        s: &oncegate_core::strategy::Strategy,
+    ) -> KeyScope {
+        match s.scope {
+            oncegate_core::strategy::ScopeKind::Type => KeyScope::EventType,
+            oncegate_core::strategy::ScopeKind::Operation => {
+                KeyScope::Operation(t.operation.clone())
+            }
+        }
+    }
+
+    /// The scope part the store's index hashes: the event type, or `operation:<name>`. A
+    /// type-scoped key hashes exactly as it always did, so existing rows keep their meaning.
+    ///
+    /// ```
+    /// use oncegate_store::KeyScope;
+    /// assert_eq!(KeyScope::EventType.part(Some("refund.created")).as_deref(), Some("refund.created"));
+    /// let shared = KeyScope::Operation("capture".into());
+    /// assert_eq!(shared.part(Some("charge.captured")), shared.part(Some("payment.succeeded")));
+    /// ```
+    pub fn part(&self, event_type: Option<&str>) -> Option<String> {
+        match self {
+            KeyScope::EventType => event_type.map(str::to_owned),
+            KeyScope::Operation(op) => Some(format!("operation:{op}")),
+        }
+    }
+}
+
 /// The effect key of a delivery, as the core's identity computed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EffectKey {
     pub strategy: StrategyRef,
     /// The key as the core made it (sensitive parts already keyed-hashed). The store scopes it
-    /// further by tenant, provider, env, event type and strategy name+version, so the same
-    /// value under two scopes never matches.
+    /// further by tenant, provider, env, `scope` (the event type, or the declared operation)
+    /// and strategy name+version, so the same value under two scopes never matches.
     pub value: String,
+    /// The event type, or the operation several types share.
+    pub scope: KeyScope,
     pub confidence: Confidence,
     pub horizon: Horizon,
     /// The type's discriminants for this delivery: field → canonical (masked) value. Stored

@@ -26,6 +26,7 @@ pub mod error;
 pub mod queue;
 pub mod reconciliation;
 pub mod report;
+pub mod rescope;
 pub mod retention;
 pub mod shadow;
 
@@ -42,8 +43,8 @@ pub mod testing;
 pub use alias::{MigrationSource, NewAlias};
 pub use breaker::{Breaker, BreakerRecord, BreakerRule, BreakerScope, BreakerState};
 pub use decision::{
-    DecideOutcome, DecideRequest, EffectKey, Horizon, PriorEffect, PriorView, ProofRecord,
-    Reservation, StrategyRef,
+    DecideOutcome, DecideRequest, EffectKey, Horizon, KeyScope, PriorEffect, PriorView,
+    ProofRecord, Reservation, StrategyRef,
 };
 pub use delivery::{
     DeliveryFilter, DeliveryRecord, DeliverySummary, NewReception, TenantFilter, TransportKey,
@@ -57,6 +58,7 @@ pub use queue::{
 };
 pub use reconciliation::{MissingOperation, ReconcileAttempt, ResourceScope};
 pub use report::{Report, ReportCounts, ReportRow};
+pub use rescope::{OperationScope, RescopeCounts};
 pub use retention::{PurgeCounts, PurgePolicy};
 pub use shadow::{ShadowCount, ShadowDisagreement, ShadowObservation, ShadowPrior};
 
@@ -297,6 +299,11 @@ pub trait Store: Send + Sync {
     /// Records that `alias.key` (made by another strategy version) names `alias.effect`, so a
     /// decision whose key holds nothing finds that effect. False when the key was already held.
     async fn record_alias(&self, alias: &NewAlias) -> Result<bool, StoreError>;
+
+    /// Moves the keys that operation-scoped strategies wrote under their event type (before
+    /// keys were scoped by the operation) to the operation's scope, in one transaction;
+    /// idempotent. See `rescope`.
+    async fn rescope(&self, scopes: &[OperationScope]) -> Result<RescopeCounts, StoreError>;
 
     /// A shadow strategy's look-up in its own index: the prior holder of the key, or `None`
     /// when this delivery is now its first (shadows never touch effects).

@@ -31,13 +31,14 @@ pub(crate) struct Scope {
 
 impl Scope {
     /// The scope hash of the request's key, with the type the request names (it may be known
-    /// only after the body was read).
+    /// only after the body was read). An operation-scoped key ignores the type: every type
+    /// declaring the operation must find the same effect.
     pub fn key_hash(&self, event_type: Option<&str>, key: &EffectKey) -> String {
         codes::scope_hash(
             &self.tenant,
             &self.provider,
             &self.env,
-            event_type,
+            key.scope.part(event_type).as_deref(),
             &key.strategy.name,
             key.strategy.version,
             &key.value,
@@ -262,6 +263,7 @@ mod tests {
                 level: "provider_id".into(),
             },
             value: "k".into(),
+            scope: Default::default(),
             confidence: Confidence::Strong,
             horizon: Horizon::Durable,
             discriminants: Default::default(),

@@ -901,6 +901,14 @@ impl Store for PgStore {
             .await)
     }
 
+    async fn rescope(
+        &self,
+        scopes: &[crate::rescope::OperationScope],
+    ) -> Result<crate::rescope::RescopeCounts> {
+        transaction!(self, true, |tx| crate::rescope::rescope(&mut tx, scopes)
+            .await)
+    }
+
     async fn shadow_observe(
         &self,
         observation: &crate::shadow::ShadowObservation,

@@ -51,6 +51,8 @@ pub struct ShadowObservation {
     pub version: u32,
     /// The shadow's key value as the core made it.
     pub key: String,
+    /// The event type, or the operation several types share (as for an effect key).
+    pub scope: crate::decision::KeyScope,
     pub delivery: DeliveryId,
     /// Field → canonical (masked) value.
     pub discriminants: BTreeMap<String, String>,
@@ -99,7 +101,7 @@ fn hash(o: &ShadowObservation) -> String {
         &o.tenant,
         &o.provider,
         &o.env,
-        Some(&o.event_type),
+        o.scope.part(Some(&o.event_type)).as_deref(),
         &format!("shadow:{}", o.strategy),
         o.version,
         &o.key,

@@ -819,6 +819,17 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn rescope(
+        &self,
+        scopes: &[crate::rescope::OperationScope],
+    ) -> Result<crate::rescope::RescopeCounts> {
+        let scopes = scopes.to_vec();
+        self.write(true, move |tx| {
+            now_or_never(crate::rescope::rescope(tx, &scopes))
+        })
+        .await
+    }
+
     async fn shadow_observe(
         &self,
         observation: &crate::shadow::ShadowObservation,

@@ -2,6 +2,7 @@
 
 mod corpus;
 mod migrate;
+mod operation_scope;
 mod reconcile;
 mod safety;
 mod serve;

@@ -6,6 +6,7 @@ mod decisions;
 mod effects;
 mod harness;
 mod limits;
+mod operation_scope;
 mod operations;
 mod reconcile;
 mod safety;
@@ -59,6 +60,9 @@ both_backends!(
     reconcile::expired_leases_verify_critical_and_release_reversible,
     reconcile::the_sweep_reports_operations_with_no_local_effect,
     reconcile::the_worker_publishes_missing_effects,
+    operation_scope::the_second_type_of_one_operation_is_ignored_with_the_first_result,
+    operation_scope::a_differing_discriminant_across_the_two_types_is_quarantined,
+    operation_scope::thirty_two_racers_across_the_two_types_make_one_process,
 );
 
 /// The store going away is exercised on PostgreSQL, where it can really go away under a

@@ -58,6 +58,7 @@ fn request(delivery: &DeliveryId, version: u32, key: &str, at: OffsetDateTime) -
                 level: "business_ref".to_owned(),
             },
             value: key.to_owned(),
+            scope: Default::default(),
             confidence: Confidence::Strong,
             horizon: Horizon::Durable,
             discriminants: Default::default(),
@@ -80,6 +81,7 @@ fn alias(effect: &oncegate_core::ids::EffectId, key: &str) -> NewAlias {
         strategy: "capture-id".to_owned(),
         version: 2,
         key: key.to_owned(),
+        scope: Default::default(),
         now: t0(),
     }
 }

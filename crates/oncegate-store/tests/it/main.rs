@@ -6,6 +6,7 @@
 mod aliases;
 mod harness;
 mod reconciliation;
+mod rescope;
 mod safety;
 mod scenarios;
 mod shadows;
@@ -119,5 +120,15 @@ mod shadows_on {
     conformance_of!(
         shadows;
         a_shadow_key_remembers_its_first_delivery_until_it_expires
+    );
+}
+
+/// Operation scope and the move of keys written under their event type, as
+/// `rescope_on::{sqlite,postgres}::<name>`.
+mod rescope_on {
+    conformance_of!(
+        rescope;
+        an_operation_key_is_one_effect_across_types,
+        keys_written_under_the_event_type_move_to_the_operation,
     );
 }

@@ -50,6 +50,7 @@ fn key(value: &str, confidence: Confidence) -> EffectKey {
             level: "fingerprint".to_owned(),
         },
         value: value.to_owned(),
+        scope: Default::default(),
         confidence,
         horizon: Horizon::Durable,
         discriminants: [("/data/amount".to_owned(), "1500".to_owned())]

@@ -248,6 +248,7 @@ fn request(delivery: &oncegate_core::ids::DeliveryId, at: OffsetDateTime) -> Dec
                 level: "provider_id".to_owned(),
             },
             value: "re_1".to_owned(),
+            scope: Default::default(),
             confidence: Confidence::Strong,
             horizon: Horizon::Durable,
             discriminants: Default::default(),

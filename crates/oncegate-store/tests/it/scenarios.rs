@@ -112,6 +112,7 @@ fn key(
             level: "business_ref".to_owned(),
         },
         value: value.to_owned(),
+        scope: Default::default(),
         confidence,
         horizon,
         discriminants: discriminants

@@ -43,6 +43,7 @@ fn observation(d: &DeliveryId, amount: &str, at: OffsetDateTime) -> ShadowObserv
         strategy: "refund-amount".to_owned(),
         version: 1,
         key: "k".to_owned(),
+        scope: Default::default(),
         delivery: d.clone(),
         discriminants: BTreeMap::from([("/data/amount".to_owned(), amount.to_owned())]),
         expires_at: Some(at + Duration::hours(1)),
