@@ -13,6 +13,9 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Set on `internal` answers: the same id is logged with the cause, so an operator finds
+    /// the log line from the answer a provider or a client shows them.
+    pub correlation_id: Option<String>,
 }
 
 impl ApiError {
@@ -21,6 +24,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            correlation_id: None,
         }
     }
 
@@ -56,12 +60,17 @@ impl ApiError {
         )
     }
 
+    /// A 500 with a new correlation id, which the caller logs with the cause.
     fn internal() -> Self {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "The service failed to answer; the cause is in its log.",
-        )
+        let id = format!("err_{}", ulid::Ulid::new().to_string().to_lowercase());
+        ApiError {
+            correlation_id: Some(id.clone()),
+            ..ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                format!("The service failed to answer; the cause is in its log under {id}. Retrying will not help until it is fixed."),
+            )
+        }
     }
 }
 
@@ -113,11 +122,18 @@ impl From<StoreError> for ApiError {
                     "The request conflicts with what is already recorded (for example, an item resolved twice).",
                 )
             }
+            StoreError::Internal { sqlstate, .. } => {
+                let answer = ApiError::internal();
+                // The SQLSTATE and our own sentence only: a driver's message can quote values.
+                tracing::error!(correlation_id = answer.correlation_id.as_deref().unwrap_or(""), sqlstate = %sqlstate, "the store refused a statement");
+                answer
+            }
             StoreError::SchemaTooNew { .. }
             | StoreError::Corrupt(_)
             | StoreError::Config(_) => {
-                tracing::error!(error = %e, "store error");
-                ApiError::internal()
+                let answer = ApiError::internal();
+                tracing::error!(correlation_id = answer.correlation_id.as_deref().unwrap_or(""), error = %e, "store error");
+                answer
             }
         }
     }
@@ -129,6 +145,7 @@ impl IntoResponse for ApiError {
             error: ErrorDetail {
                 code: self.code,
                 message: self.message,
+                correlation_id: self.correlation_id,
             },
         };
         (self.status, axum::Json(body)).into_response()

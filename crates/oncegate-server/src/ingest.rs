@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
@@ -140,10 +141,11 @@ impl Reception {
 
 pub(crate) async fn post_delivery(
     State(state): State<AppState>,
-    Path((tenant, provider, env)): Path<(String, String, String)>,
+    path: Result<Path<(String, String, String)>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<DecisionBody>, ApiError> {
+    let (tenant, provider, env) = segments(path)?;
     let started = Instant::now();
     let received_at = state.now();
     let body = read_body(body, state.limits.max_bytes).await;
@@ -176,6 +178,36 @@ pub(crate) async fn post_delivery(
             ))
         }
     }
+}
+
+/// The tenant, provider and environment of a delivery's path, refused with a 400 when one is
+/// not clean text: such a request names no tenant a journal entry could be filed under (like a
+/// path that matches no route), and control characters have no place in the names that scope
+/// every key and every listing.
+fn segments(
+    path: Result<Path<(String, String, String)>, PathRejection>,
+) -> Result<(String, String, String), ApiError> {
+    let Path((tenant, provider, env)) = path.map_err(|_| {
+        ApiError::bad_request(
+            "bad_path",
+            "The delivery path is not /v1/deliveries/{tenant}/{provider}/{env} in UTF-8 text.",
+        )
+    })?;
+    for (what, value) in [("tenant", &tenant), ("provider", &provider), ("env", &env)] {
+        if value.is_empty() || value.chars().any(char::is_control) {
+            tracing::info!(
+                segment = what,
+                "a delivery path segment holds control characters"
+            );
+            return Err(ApiError::bad_request(
+                "bad_path",
+                format!(
+                    "The {what} segment of the delivery path is empty or holds control characters."
+                ),
+            ));
+        }
+    }
+    Ok((tenant, provider, env))
 }
 
 /// Why a reception is refused before identification.

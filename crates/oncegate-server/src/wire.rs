@@ -20,6 +20,9 @@ pub(crate) struct ErrorBody {
 pub(crate) struct ErrorDetail {
     pub code: &'static str,
     pub message: String,
+    /// For `internal`: the id under which the log holds the cause.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -45,6 +45,15 @@ pub enum StoreError {
     /// The store URL or an argument is not acceptable.
     #[error("invalid store configuration: {0}")]
     Config(String),
+    /// The database refused a statement for a reason a retry cannot cure (a data exception, a
+    /// missing table, a broken constraint): a defect or an operator's mistake, never an outage.
+    /// `sqlstate` is the database's code, for the log; values are never part of it.
+    #[error("the database refused a statement (SQLSTATE {sqlstate})")]
+    Internal {
+        sqlstate: String,
+        #[source]
+        source: Option<Cause>,
+    },
 }
 
 impl StoreError {

@@ -31,6 +31,7 @@ pub mod retention;
 pub mod shadow;
 
 mod codes;
+mod nul;
 mod operations;
 mod plan;
 pub mod postgres;

@@ -75,7 +75,19 @@ const POOL_SIZE: usize = 16;
 const POOL_TIMEOUT: StdDuration = StdDuration::from_secs(5);
 
 /// How often a transaction is restarted after serialization failures before giving up.
-const MAX_TX_ATTEMPTS: usize = 8;
+/// Under `SERIALIZABLE` (CockroachDB, YugabyteDB, or a PostgreSQL configured so) concurrent
+/// claimers and deciders abort one another routinely, so there is room for many attempts.
+const MAX_TX_ATTEMPTS: usize = 16;
+
+/// The pause before attempt `attempt + 1` of a transaction that lost a serialization race:
+/// exponential from 1 ms, capped at 64 ms, with full jitter so the losers of one collision do
+/// not collide again in lock step.
+async fn retry_pause(attempt: usize) {
+    let cap_us = 1_000u64 << attempt.min(6);
+    // The ULID's random part is the jitter source the store already has.
+    let jitter = (ulid::Ulid::new().random() as u64) % cap_us.max(1);
+    tokio::time::sleep(StdDuration::from_micros(jitter)).await;
+}
 
 /// The PostgreSQL store.
 pub struct PgStore {
@@ -206,27 +218,65 @@ pub(crate) fn pg_err(e: tokio_postgres::Error) -> StoreError {
         return StoreError::unavailable(cause, e);
     };
     let code = db.code().clone();
-    if code == SqlState::UNIQUE_VIOLATION {
-        return StoreError::Conflict("a uniqueness rule refused the write".to_owned());
+    match class(&code) {
+        ErrorClass::Unavailable(cause) => StoreError::unavailable(cause, e),
+        ErrorClass::Conflict => {
+            StoreError::Conflict("a uniqueness rule refused the write".to_owned())
+        }
+        ErrorClass::Internal => StoreError::Internal {
+            sqlstate: code.code().to_owned(),
+            source: Some(e.into()),
+        },
     }
-    let cause = match code.code().get(..2) {
-        Some("08") => "the connection to the database failed".to_owned(),
-        Some("28") => "the database refused the credentials".to_owned(),
-        Some("3D") => "the database does not exist".to_owned(),
-        Some("40") => "concurrent transactions kept colliding".to_owned(),
-        Some("53") => "the database is out of resources".to_owned(),
-        Some("57") => "the database is shutting down or restarting".to_owned(),
-        _ => format!(
-            "the database refused the operation (SQLSTATE {})",
-            code.code()
-        ),
-    };
-    StoreError::unavailable(cause, e)
+}
+
+/// What a SQLSTATE means to the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ErrorClass {
+    /// A retry can succeed: the connection, the server's resources or a concurrent
+    /// transaction stood in the way (a 503 for the service).
+    Unavailable(&'static str),
+    /// A unique constraint refused the write.
+    Conflict,
+    /// Anything else: the statement or the data is at fault and a retry fails the same way.
+    Internal,
+}
+
+/// Sorts a SQLSTATE into what the service answers. Only availability is retryable: a 503
+/// tells a provider to come back, and it would come back for days to a statement that can
+/// never succeed.
+fn class(code: &SqlState) -> ErrorClass {
+    if *code == SqlState::UNIQUE_VIOLATION {
+        return ErrorClass::Conflict;
+    }
+    if *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED {
+        return ErrorClass::Unavailable("concurrent transactions kept colliding");
+    }
+    if *code == SqlState::QUERY_CANCELED || *code == SqlState::LOCK_NOT_AVAILABLE {
+        return ErrorClass::Unavailable("the database gave up waiting on the statement");
+    }
+    match code.code().get(..2) {
+        Some("08") => ErrorClass::Unavailable("the connection to the database failed"),
+        Some("53") => ErrorClass::Unavailable("the database is out of resources"),
+        Some("57") => ErrorClass::Unavailable("the database is shutting down or restarting"),
+        Some("28") => ErrorClass::Unavailable("the database refused the credentials"),
+        Some("3D") => ErrorClass::Unavailable("the database does not exist"),
+        _ => ErrorClass::Internal,
+    }
 }
 
 fn pool_err(e: PoolError) -> StoreError {
     match e {
-        PoolError::Backend(e) => pg_err(e),
+        // Whatever refuses a new connection (the database refusing connections, a shutdown, a
+        // wrong password) is about reaching the database, never about a statement: a retry can
+        // succeed once it is back.
+        PoolError::Backend(e) => match pg_err(e) {
+            StoreError::Internal { source, .. } => StoreError::Unavailable {
+                cause: "the database refused a new connection".to_owned(),
+                source,
+            },
+            other => other,
+        },
         PoolError::Timeout(_) => {
             StoreError::unavailable_plain("no database connection became available in time")
         }
@@ -281,6 +331,8 @@ fn cells(row: &tokio_postgres::Row) -> Result<Row> {
         {
             row.try_get::<_, Option<String>>(i)
                 .map_err(bad)?
+                .map(crate::nul::decode)
+                .transpose()?
                 .map(Cell::Text)
         } else if *ty == Type::BOOL {
             row.try_get::<_, Option<bool>>(i)
@@ -320,6 +372,7 @@ impl Tx for PgTx<'_> {
             Ok(s) => s,
             Err(e) => return Err(self.note(e)),
         };
+        let params = crate::nul::params(params);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
         match self.tx.execute(&stmt, &refs).await {
             Ok(n) => Ok(n),
@@ -335,9 +388,13 @@ impl Tx for PgTx<'_> {
                 Err(e) => return Err(self.note(e)),
             }
         }
-        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = statements
+        let spelled: Vec<_> = statements
             .iter()
-            .map(|(_, params)| params.iter().map(as_sql).collect())
+            .map(|(_, params)| crate::nul::params(params))
+            .collect();
+        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = spelled
+            .iter()
+            .map(|params| params.iter().map(as_sql).collect())
             .collect();
         // Polling all at once sends them back to back on the connection (pipelining); the
         // server still runs them in order, inside the same transaction.
@@ -361,6 +418,7 @@ impl Tx for PgTx<'_> {
             Ok(s) => s,
             Err(e) => return Err(self.note(e)),
         };
+        let params = crate::nul::params(params);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
         match self.tx.query(&stmt, &refs).await {
             Ok(rows) => rows.iter().map(cells).collect(),
@@ -398,9 +456,13 @@ impl PgStatements<'_> {
                 Err(e) => return Err(self.note(e)),
             }
         }
-        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = statements
+        let spelled: Vec<_> = statements
             .iter()
-            .map(|(_, params)| params.iter().map(as_sql).collect())
+            .map(|(_, params)| crate::nul::params(params))
+            .collect();
+        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = spelled
+            .iter()
+            .map(|params| params.iter().map(as_sql).collect())
             .collect();
         let client: &tokio_postgres::Client = self.client;
         // Each future queues its messages on its first poll, and the joins poll in order.
@@ -443,6 +505,7 @@ impl Tx for PgStatements<'_> {
             Ok(s) => s,
             Err(e) => return Err(self.note(e)),
         };
+        let params = crate::nul::params(params);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
         match self.client.execute(&stmt, &refs).await {
             Ok(n) => Ok(n),
@@ -455,6 +518,7 @@ impl Tx for PgStatements<'_> {
             Ok(s) => s,
             Err(e) => return Err(self.note(e)),
         };
+        let params = crate::nul::params(params);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
         match self.client.query(&stmt, &refs).await {
             Ok(rows) => rows.iter().map(cells).collect(),
@@ -606,12 +670,19 @@ macro_rules! transaction {
                     };
                     match end {
                         Ok(()) => break Ok(value),
-                        Err(e) if is_serialization(&e) && attempt < MAX_TX_ATTEMPTS => continue,
+                        Err(e) if is_serialization(&e) && attempt < MAX_TX_ATTEMPTS => {
+                            retry_pause(attempt).await;
+                            continue;
+                        }
                         Err(e) => break Err(pg_err(e)),
                     }
                 }
                 // Dropping the transaction rolls it back.
-                Err(_) if retry => continue,
+                Err(_) if retry => {
+                    drop($tx);
+                    retry_pause(attempt).await;
+                    continue;
+                }
                 Err(e) => break Err(e),
             }
         }
@@ -643,7 +714,9 @@ impl Store for PgStore {
             };
             match operations::journal(&mut run, &id, &reception).await {
                 Ok(()) => break,
-                Err(_) if run.serialization_failure && attempt < MAX_TX_ATTEMPTS => continue,
+                Err(_) if run.serialization_failure && attempt < MAX_TX_ATTEMPTS => {
+                    retry_pause(attempt).await
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -673,7 +746,9 @@ impl Store for PgStore {
             })
             .await;
             match result {
-                Err(_) if run.serialization_failure && attempt < MAX_TX_ATTEMPTS => continue,
+                Err(_) if run.serialization_failure && attempt < MAX_TX_ATTEMPTS => {
+                    retry_pause(attempt).await
+                }
                 result => return result,
             }
         }
@@ -986,5 +1061,40 @@ mod tests {
     fn a_write_that_cannot_follow_a_head_is_refused() {
         assert!(after_head("DELETE FROM a WHERE k = $1").is_err());
         assert!(after_head("UPDATE a SET v = 1").is_err());
+    }
+}
+
+#[cfg(test)]
+mod error_class_tests {
+    use super::*;
+
+    /// One row per class: what a provider is told for each kind of database refusal.
+    #[test]
+    fn sqlstates_are_sorted_by_whether_a_retry_can_succeed() {
+        let unavailable =
+            |c: &str| matches!(class(&SqlState::from_code(c)), ErrorClass::Unavailable(_));
+        // Connection loss, resources, shutdown.
+        for c in ["08006", "08001", "53300", "53100", "57P01", "57P03"] {
+            assert!(unavailable(c), "{c}");
+        }
+        // Serialization failure and deadlock (after the transaction's own retries ran out).
+        assert!(unavailable("40001"));
+        assert!(unavailable("40P01"));
+        // A statement timeout or a lock wait given up.
+        assert!(unavailable("57014"));
+        assert!(unavailable("55P03"));
+        assert_eq!(class(&SqlState::from_code("23505")), ErrorClass::Conflict);
+        // Data exceptions (a NUL in text), missing tables, syntax, other constraints: defects.
+        for c in [
+            "22021", "22P02", "42P01", "42601", "42703", "23502", "23514", "XX000",
+        ] {
+            assert_eq!(class(&SqlState::from_code(c)), ErrorClass::Internal, "{c}");
+        }
+    }
+
+    #[test]
+    fn a_pool_timeout_is_unavailable() {
+        let e = pool_err(PoolError::Timeout(deadpool_postgres::TimeoutType::Wait));
+        assert!(e.is_unavailable(), "{e}");
     }
 }

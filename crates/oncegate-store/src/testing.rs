@@ -93,6 +93,22 @@ impl TestDatabase {
         }
     }
 
+    /// A new PostgreSQL database whose every transaction runs `SERIALIZABLE` by default, the
+    /// mode CockroachDB and YugabyteDB run in: each operation's serialization-failure retry
+    /// path is then exercised by ordinary concurrency.
+    pub async fn postgres_serializable(prefix: &str) -> TestDatabase {
+        let db = TestDatabase::postgres(prefix).await;
+        let (admin, name) = db.admin.clone().expect("a PostgreSQL database");
+        pg_admin(&admin)
+            .await
+            .batch_execute(&format!(
+                "ALTER DATABASE {name} SET default_transaction_isolation = 'serializable'"
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("making {name} serializable: {e}"));
+        db
+    }
+
     /// The SQLite file's directory (`None` for PostgreSQL).
     pub fn dir(&self) -> Option<&Path> {
         self.dir.as_ref().map(TempDir::path)

@@ -272,3 +272,62 @@ pub async fn shutdown_lets_in_flight_deliveries_finish(kind: Kind) {
     assert!(refused, "the listener closes after the shutdown");
     s.stop().await;
 }
+
+/// A statement the database refuses for good (here a constraint every new reception breaks,
+/// as a bad migration or a bug would) is a `500 internal` with a correlation id, never a 503
+/// that providers would retry for days; the service answers normally once it is fixed.
+pub async fn a_statement_the_database_refuses_is_internal_not_unavailable() {
+    let s = Service::start(Kind::Postgres).await;
+    let db = pg_admin(&s.backend.as_ref().unwrap().url).await;
+    let ok = s
+        .payflow(
+            "acme",
+            &capture("pay_i1", "cap_i1", "1", "2024-05-01T10:00:00Z"),
+        )
+        .await;
+    assert_eq!(ok.status, 200, "{}", ok.text);
+
+    db.batch_execute("ALTER TABLE deliveries ADD CONSTRAINT refuse_all CHECK (size < 0) NOT VALID")
+        .await
+        .expect("add a constraint every reception breaks");
+    let refused = s
+        .payflow(
+            "acme",
+            &capture("pay_i2", "cap_i2", "1", "2024-05-01T10:00:00Z"),
+        )
+        .await;
+    assert_eq!(refused.status, 500, "{}", refused.text);
+    assert_eq!(refused.error_code(), "internal");
+    let id = refused.body["error"]["correlation_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a correlation id: {}", refused.text));
+    assert!(id.starts_with("err_"), "{id}");
+    assert!(
+        refused.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(id)),
+        "{}",
+        refused.text
+    );
+    assert!(
+        !refused.text.contains("SQLSTATE")
+            && !refused.text.contains("refuse_all")
+            && !refused.text.contains("deliveries"),
+        "never database text: {}",
+        refused.text
+    );
+
+    db.batch_execute("ALTER TABLE deliveries DROP CONSTRAINT refuse_all")
+        .await
+        .expect("remove the constraint");
+    let again = s
+        .payflow(
+            "acme",
+            &capture("pay_i2", "cap_i2", "1", "2024-05-01T10:00:00Z"),
+        )
+        .await;
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert_eq!(again.str("action"), "process", "{}", again.text);
+    drop(db);
+    s.stop().await;
+}

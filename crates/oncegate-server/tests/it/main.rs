@@ -2,6 +2,7 @@
 //! `reqwest`, every scenario run unchanged against SQLite and PostgreSQL.
 
 mod auth;
+mod data_shapes;
 mod decisions;
 mod effects;
 mod harness;
@@ -63,6 +64,8 @@ both_backends!(
     operation_scope::the_second_type_of_one_operation_is_ignored_with_the_first_result,
     operation_scope::a_differing_discriminant_across_the_two_types_is_quarantined,
     operation_scope::thirty_two_racers_across_the_two_types_make_one_process,
+    data_shapes::nul_in_values_and_keys_is_decided_and_provable,
+    data_shapes::unclean_path_segments_are_refused_with_400,
 );
 
 /// The store going away is exercised on PostgreSQL, where it can really go away under a
@@ -70,4 +73,11 @@ both_backends!(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_unavailable_answers_503_and_recovers() {
     limits::store_unavailable_answers_503_and_recovers().await;
+}
+
+/// A permanent refusal by the database is a 500, on PostgreSQL where a constraint can be
+/// added under a running service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_statement_the_database_refuses_is_internal_not_unavailable() {
+    limits::a_statement_the_database_refuses_is_internal_not_unavailable().await;
 }

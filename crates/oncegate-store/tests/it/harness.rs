@@ -38,6 +38,16 @@ impl Backend {
         }
     }
 
+    /// PostgreSQL with `default_transaction_isolation = serializable`.
+    pub async fn postgres_serializable() -> Backend {
+        let db = TestDatabase::postgres_serializable("oncegate_test_ser").await;
+        Backend {
+            kind: Kind::Postgres,
+            url: db.url.clone(),
+            db,
+        }
+    }
+
     pub async fn open(&self) -> Arc<dyn Store> {
         oncegate_store::open(&self.url)
             .await

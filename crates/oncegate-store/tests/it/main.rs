@@ -1,4 +1,5 @@
-//! The storage conformance suite: every scenario runs unchanged against SQLite and PostgreSQL.
+//! The storage conformance suite: every scenario runs unchanged against SQLite, PostgreSQL, and
+//! PostgreSQL with every transaction serializable (as CockroachDB and YugabyteDB run).
 //!
 //! Decisions use the real decision matrix of `oncegate-core`, fed from the store's view, so
 //! the suite checks the store the way the service will use it. Time is passed in, never read.
@@ -29,6 +30,17 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     let backend = crate::harness::Backend::postgres().await;
+                    crate::scenarios::$name(&backend).await;
+                    backend.cleanup().await;
+                }
+            )*
+        }
+        /// The same scenarios with every PostgreSQL transaction serializable.
+        mod postgres_serializable {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let backend = crate::harness::Backend::postgres_serializable().await;
                     crate::scenarios::$name(&backend).await;
                     backend.cleanup().await;
                 }
@@ -77,6 +89,17 @@ macro_rules! conformance_of {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     let backend = crate::harness::Backend::postgres().await;
+                    crate::$module::$name(&backend).await;
+                    backend.cleanup().await;
+                }
+            )*
+        }
+        /// The same scenarios with every PostgreSQL transaction serializable.
+        mod postgres_serializable {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let backend = crate::harness::Backend::postgres_serializable().await;
                     crate::$module::$name(&backend).await;
                     backend.cleanup().await;
                 }
