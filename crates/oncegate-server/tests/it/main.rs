@@ -9,6 +9,7 @@ mod limits;
 mod operations;
 mod reconcile;
 mod safety;
+mod vectors;
 
 /// Instantiates each scenario once per backend, as `sqlite::<name>` and `postgres::<name>`.
 macro_rules! both_backends {
