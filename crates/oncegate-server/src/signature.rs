@@ -32,7 +32,7 @@ pub enum SignatureError {
     Missing { header: String },
     #[error("the {header} header {why}")]
     Malformed { header: String, why: String },
-    #[error("the signature in the {header} header does not match the body under the provider's signing secret")]
+    #[error("the signature in the {header} header does not match the body")]
     Mismatch { header: String },
     #[error("the signed timestamp is {skew} s in the past, over the tolerance of {tolerance} s (a stale or replayed request)")]
     Stale { skew: u64, tolerance: u64 },
