@@ -227,4 +227,49 @@ event_type = "/type"
         );
         std::env::remove_var("ONCEGATE_SERVER_UNIT_TEST_SECRET");
     }
+
+    #[test]
+    fn a_rotation_verifies_with_the_secrets_found_and_names_the_missing_ones() {
+        const ROTATING: &str = r#"
+[providers.rotating]
+event_type = "/type"
+signature = { scheme = "stripe", secret_env = ["ONCEGATE_SERVER_UNIT_ROTATION_OLD", "ONCEGATE_SERVER_UNIT_ROTATION_NEW"] }
+"#;
+        let contract = oncegate_core::contract::parse("t.toml", ROTATING).unwrap();
+        // Only this test reads these variables.
+        std::env::set_var("ONCEGATE_SERVER_UNIT_ROTATION_OLD", "whsec_old\n");
+        std::env::remove_var("ONCEGATE_SERVER_UNIT_ROTATION_NEW");
+        let secrets = ProviderSecrets::resolve(&contract).unwrap();
+        // Stripe's `whsec_` secrets are keys as written, never base64-decoded.
+        assert_eq!(
+            secrets.secrets.get("rotating"),
+            Some(&vec![b"whsec_old".to_vec()])
+        );
+        assert_eq!(secrets.warnings.len(), 1, "{:?}", secrets.warnings);
+        let w = &secrets.warnings[0];
+        assert!(
+            w.contains("ONCEGATE_SERVER_UNIT_ROTATION_NEW")
+                && w.contains("verifies with the others"),
+            "{w}"
+        );
+
+        std::env::set_var("ONCEGATE_SERVER_UNIT_ROTATION_NEW", "whsec_new");
+        let secrets = ProviderSecrets::resolve(&contract).unwrap();
+        assert_eq!(
+            secrets.secrets.get("rotating"),
+            Some(&vec![b"whsec_old".to_vec(), b"whsec_new".to_vec()])
+        );
+        assert!(secrets.warnings.is_empty(), "{:?}", secrets.warnings);
+
+        std::env::remove_var("ONCEGATE_SERVER_UNIT_ROTATION_OLD");
+        std::env::remove_var("ONCEGATE_SERVER_UNIT_ROTATION_NEW");
+        let secrets = ProviderSecrets::resolve(&contract).unwrap();
+        assert_eq!(secrets.secrets.get("rotating"), None);
+        assert!(
+            secrets.warnings[0].contains("none of its signing secrets is set")
+                && secrets.warnings[0].contains("bearer token"),
+            "{:?}",
+            secrets.warnings
+        );
+    }
 }

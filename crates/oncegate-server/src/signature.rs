@@ -28,15 +28,20 @@ pub enum SignatureError {
     /// tokens can authenticate its deliveries.
     #[error("the provider's signing secret is not configured, so only bearer tokens are accepted")]
     NotConfigured,
+    /// A header the scheme needs is absent or empty.
     #[error("the {header} header is missing")]
     Missing { header: String },
+    /// A header is there but not in the scheme's format; `why` completes the sentence.
     #[error("the {header} header {why}")]
     Malformed { header: String, why: String },
+    /// No MAC in the header verifies under any of the provider's secrets.
     #[error("the signature in the {header} header does not match the body")]
     Mismatch { header: String },
+    /// Authentic, but signed further in the past than the tolerance (seconds).
     #[error("the signed timestamp is {skew} s in the past, over the tolerance of {tolerance} s (a stale or replayed request)")]
     Stale { skew: u64, tolerance: u64 },
-    #[error("the signed timestamp is {skew} s in the future, over the tolerance of {tolerance} s (the sender's clock or a forged timestamp)")]
+    /// Authentic, but signed further in the future than the tolerance (seconds).
+    #[error("the signed timestamp is {skew} s in the future, over the tolerance of {tolerance} s (the sender's clock runs ahead of the service's)")]
     Future { skew: u64, tolerance: u64 },
 }
 
