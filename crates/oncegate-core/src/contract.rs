@@ -88,14 +88,23 @@ pub enum Encoding {
     Base64,
 }
 
-/// How a provider signs its deliveries.
+/// How a provider signs its deliveries: the scheme, and where its signing secrets are.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Signature {
+pub struct Signature {
+    pub scheme: Scheme,
+    /// Where the signing secrets are read from, in the contract's order. There is more than one
+    /// during a secret rotation: a delivery that verifies under any one of them is authentic.
+    pub secrets: Vec<SecretSource>,
+}
+
+/// A signature scheme: the `scheme` value of a provider's `signature` table.
+///
+/// The presets (`stripe`, `paddle`, `slack`, `github`, `shopify`) are fixed header formats;
+/// `hmac-sha256` is the generic HMAC-SHA-256 header scheme for providers none of them fits.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scheme {
     /// Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature` (`v1,<base64>`).
-    StandardWebhooks {
-        secret: SecretSource,
-        tolerance: Duration,
-    },
+    StandardWebhooks { tolerance: Duration },
     /// HMAC-SHA-256 of the body (or of `timestamp.body` when a timestamp header is named).
     HmacSha256 {
         header: String,
@@ -103,8 +112,77 @@ pub enum Signature {
         prefix: Option<String>,
         timestamp_header: Option<String>,
         tolerance: Duration,
-        secret: SecretSource,
     },
+    /// Stripe: `stripe-signature: t=<unix>,v1=<hex>[,v1=<hex>…]` over `<t>.<body>`. Some
+    /// providers copy the format under their own header name, hence `header`.
+    Stripe { header: String, tolerance: Duration },
+    /// Paddle Billing: `paddle-signature: ts=<unix>;h1=<hex>` over `<ts>:<body>`.
+    Paddle { tolerance: Duration },
+    /// Slack: `x-slack-signature: v0=<hex>` over `v0:<ts>:<body>`, the timestamp in
+    /// `x-slack-request-timestamp`.
+    Slack { tolerance: Duration },
+    /// GitHub: `x-hub-signature-256: sha256=<hex>` over the body (no timestamp).
+    Github,
+    /// Shopify: `x-shopify-hmac-sha256: <base64>` over the body (no timestamp).
+    Shopify,
+}
+
+impl Scheme {
+    /// Every valid `scheme` value, as the contract spells it.
+    pub const NAMES: [&'static str; 7] = [
+        "standard-webhooks",
+        "hmac-sha256",
+        "stripe",
+        "paddle",
+        "slack",
+        "github",
+        "shopify",
+    ];
+
+    /// The `scheme` value this scheme is written as in the contract.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scheme::StandardWebhooks { .. } => "standard-webhooks",
+            Scheme::HmacSha256 { .. } => "hmac-sha256",
+            Scheme::Stripe { .. } => "stripe",
+            Scheme::Paddle { .. } => "paddle",
+            Scheme::Slack { .. } => "slack",
+            Scheme::Github => "github",
+            Scheme::Shopify => "shopify",
+        }
+    }
+
+    /// How far the signed timestamp may be from the service's clock, for the schemes that
+    /// sign one (the generic scheme only when it names a timestamp header).
+    pub fn tolerance(&self) -> Option<Duration> {
+        match self {
+            Scheme::StandardWebhooks { tolerance }
+            | Scheme::Stripe { tolerance, .. }
+            | Scheme::Paddle { tolerance }
+            | Scheme::Slack { tolerance } => Some(*tolerance),
+            Scheme::HmacSha256 {
+                timestamp_header: Some(_),
+                tolerance,
+                ..
+            } => Some(*tolerance),
+            Scheme::HmacSha256 { .. } | Scheme::Github | Scheme::Shopify => None,
+        }
+    }
+
+    /// A header that carries only the signed timestamp (never a MAC), worth keeping with the
+    /// journaled delivery to investigate a stale-signature refusal.
+    pub fn timestamp_header(&self) -> Option<&str> {
+        match self {
+            Scheme::StandardWebhooks { .. } => Some("webhook-timestamp"),
+            Scheme::HmacSha256 {
+                timestamp_header, ..
+            } => timestamp_header.as_deref(),
+            Scheme::Slack { .. } => Some("x-slack-request-timestamp"),
+            Scheme::Stripe { .. } | Scheme::Paddle { .. } | Scheme::Github | Scheme::Shopify => {
+                None
+            }
+        }
+    }
 }
 
 /// A field declared with the reason for the declaration.
@@ -273,8 +351,38 @@ struct RawSignature {
     prefix: Option<String>,
     timestamp_header: Option<String>,
     tolerance: Option<String>,
-    secret_env: Option<String>,
-    secret_file: Option<String>,
+    secret_env: Option<Names>,
+    secret_file: Option<Names>,
+}
+
+/// One name or a list of names: `secret_env = "A"`, or `secret_env = ["A", "B"]` during a
+/// secret rotation.
+struct Names(Vec<String>);
+
+impl<'de> Deserialize<'de> for Names {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Names;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a name or a list of names")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Names, E> {
+                Ok(Names(vec![v.to_owned()]))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Names, A::Error> {
+                let mut names = Vec::new();
+                while let Some(name) = seq.next_element::<String>()? {
+                    names.push(name);
+                }
+                Ok(Names(names))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
 }
 
 #[derive(Deserialize)]
@@ -443,6 +551,55 @@ impl<'a> Checker<'a> {
                 None
             }
         }
+    }
+
+    /// The signing secrets' sources: `secret_env` or `secret_file`, each one name or a list
+    /// of distinct names (a rotation).
+    fn secrets(
+        &mut self,
+        at: At<'_>,
+        field: &str,
+        env: Option<Names>,
+        file: Option<Names>,
+    ) -> Option<Vec<SecretSource>> {
+        let (key, names, make): (_, _, fn(String) -> SecretSource) = match (env, file) {
+            (Some(Names(e)), None) => ("secret_env", e, SecretSource::Env),
+            (None, Some(Names(f))) => ("secret_file", f, SecretSource::File),
+            // Neither or both: the single-secret check words that error for both uses.
+            (env, file) => {
+                self.secret(
+                    at,
+                    field,
+                    env.map(|_| String::new()),
+                    file.map(|_| String::new()),
+                );
+                return None;
+            }
+        };
+        let field = format!("{field}.{key}");
+        if names.is_empty() {
+            self.error(
+                at,
+                &field,
+                "the list names no secret: give at least one name",
+            );
+            return None;
+        }
+        let mut out: Vec<SecretSource> = Vec::with_capacity(names.len());
+        for name in names {
+            if name.trim().is_empty() {
+                self.error(at, &field, "a secret's name is empty");
+                return None;
+            }
+            let source = make(name);
+            if out.contains(&source) {
+                let (SecretSource::Env(n) | SecretSource::File(n)) = &source;
+                self.error(at, &field, format!("{n:?} is named twice"));
+                return None;
+            }
+            out.push(source);
+        }
+        Some(out)
     }
 }
 
@@ -620,16 +777,68 @@ fn provider(
 }
 
 fn signature(c: &mut Checker<'_>, at: At<'_>, raw: RawSignature) -> Option<Signature> {
+    let errors_before = c.errors.len();
+    let secrets = c.secrets(at, "signature", raw.secret_env, raw.secret_file);
+    let name = raw.scheme.as_str();
+    if !Scheme::NAMES.contains(&name) {
+        let valid = Scheme::NAMES.map(|n| format!("{n:?}")).join(", ");
+        c.error(
+            at,
+            "signature.scheme",
+            format!("{name:?} is not a signature scheme: use one of {valid}"),
+        );
+        return None;
+    }
+    // A field the scheme does not read is refused rather than ignored: a `header` left on a
+    // preset would otherwise look like it is honoured while another header is checked.
+    let mut misplaced = |field: &str, set: bool, only: &str| {
+        if set {
+            c.error(
+                at,
+                &format!("signature.{field}"),
+                format!("the {name:?} scheme has a fixed format and takes no `{field}`; `{field}` is only for {only}"),
+            );
+        }
+    };
+    let generic = "\"hmac-sha256\"";
+    if name != "hmac-sha256" {
+        misplaced("encoding", raw.encoding.is_some(), generic);
+        misplaced("prefix", raw.prefix.is_some(), generic);
+        misplaced("timestamp_header", raw.timestamp_header.is_some(), generic);
+        if name != "stripe" {
+            misplaced(
+                "header",
+                raw.header.is_some(),
+                "\"stripe\" (its format under another header name) and \"hmac-sha256\"",
+            );
+        }
+    }
+    if matches!(name, "github" | "shopify") && raw.tolerance.is_some() {
+        c.error(
+            at,
+            "signature.tolerance",
+            format!("the {name:?} scheme signs no timestamp, so there is no `tolerance` to set"),
+        );
+    }
     let tolerance = c.duration(
         at,
         "signature.tolerance",
         raw.tolerance.as_deref(),
         Duration::from_secs(300),
     );
-    let secret = c.secret(at, "signature", raw.secret_env, raw.secret_file)?;
-    match raw.scheme.as_str() {
-        "standard-webhooks" => Some(Signature::StandardWebhooks { secret, tolerance }),
-        "hmac-sha256" => {
+    let scheme = match name {
+        "standard-webhooks" => Scheme::StandardWebhooks { tolerance },
+        "stripe" => Scheme::Stripe {
+            header: raw
+                .header
+                .map_or_else(|| "stripe-signature".to_owned(), |h| h.to_ascii_lowercase()),
+            tolerance,
+        },
+        "paddle" => Scheme::Paddle { tolerance },
+        "slack" => Scheme::Slack { tolerance },
+        "github" => Scheme::Github,
+        "shopify" => Scheme::Shopify,
+        _ => {
             let Some(header) = raw.header else {
                 c.error(
                     at,
@@ -650,20 +859,22 @@ fn signature(c: &mut Checker<'_>, at: At<'_>, raw: RawSignature) -> Option<Signa
                     return None;
                 }
             };
-            Some(Signature::HmacSha256 {
+            Scheme::HmacSha256 {
                 header: header.to_ascii_lowercase(),
                 encoding,
                 prefix: raw.prefix,
                 timestamp_header: raw.timestamp_header.map(|h| h.to_ascii_lowercase()),
                 tolerance,
-                secret,
-            })
+            }
         }
-        other => {
-            c.error(at, "signature.scheme", format!("{other:?} is not a signature scheme: use \"standard-webhooks\" or \"hmac-sha256\""));
-            None
-        }
+    };
+    if c.errors.len() != errors_before {
+        return None;
     }
+    Some(Signature {
+        scheme,
+        secrets: secrets?,
+    })
 }
 
 fn declared(c: &mut Checker<'_>, at: At<'_>, field: &str, raw: Vec<RawDeclared>) -> Vec<Declared> {

@@ -17,7 +17,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use http_body_util::BodyExt;
-use oncegate_core::contract::{EventType, Provider, Signature};
+use oncegate_core::contract::{EventType, Provider, Scheme};
 use oncegate_core::identity::{self, Identity, Origin};
 use oncegate_core::json::{self, JsonErrorKind};
 use oncegate_core::matrix::{
@@ -35,7 +35,7 @@ use crate::breaker;
 use crate::error::ApiError;
 use crate::metrics::DeliveryLabels;
 use crate::shadow;
-use crate::signature;
+use crate::signature::SignatureError;
 use crate::state::{to_time, AppState, Undecided};
 use crate::wire::{
     self, DecisionBody, EffectBody, ProofDetails, ReservationBody, SkippedBody, StrategyBody,
@@ -510,21 +510,25 @@ fn authenticate(
         }
         Ok(None) => {}
     }
-    let Some(scheme) = provider.and_then(|p| p.signature.as_ref()) else {
+    let Some(signature) = provider.and_then(|p| p.signature.as_ref()) else {
         return Err(unauthorized(
             "unauthorized",
             "the delivery carries no bearer token and the provider has no signature scheme in the contract".to_owned(),
         ));
     };
-    let Some(secret) = state.secrets.get(&r.provider) else {
-        return Err(unauthorized(
-            "bad_signature",
-            "the provider's signing secret is not configured, so only bearer tokens are accepted"
-                .to_owned(),
-        ));
-    };
-    signature::verify(scheme, secret, &r.headers, &r.body.bytes, r.received_at)
-        .map_err(|why| unauthorized("bad_signature", format!("bad signature: {why}")))?;
+    state
+        .secrets
+        .verify(
+            &r.provider,
+            &signature.scheme,
+            &r.headers,
+            &r.body.bytes,
+            r.received_at,
+        )
+        .map_err(|e| match e {
+            SignatureError::NotConfigured => unauthorized("bad_signature", e.to_string()),
+            e => unauthorized("bad_signature", format!("bad signature: {e}")),
+        })?;
     Ok(Caller::provider(&r.tenant, &r.provider))
 }
 
@@ -541,10 +545,12 @@ fn lowercase_first(sentence: &str) -> String {
 /// `webhook-id` when the contract names no header), else the raw body hash.
 fn transport_key(r: &Reception, provider: Option<&Provider>) -> TransportKey {
     let id_header = provider.and_then(|p| {
-        p.delivery_id_header.clone().or_else(|| match p.signature {
-            Some(Signature::StandardWebhooks { .. }) => Some("webhook-id".to_owned()),
-            _ => None,
-        })
+        p.delivery_id_header
+            .clone()
+            .or_else(|| match p.signature.as_ref().map(|s| &s.scheme) {
+                Some(Scheme::StandardWebhooks { .. }) => Some("webhook-id".to_owned()),
+                _ => None,
+            })
     });
     let id = id_header.as_deref().and_then(|h| r.header(h));
     let key = identity::transport_key(r.origin(), id, &r.body.bytes);
@@ -571,12 +577,13 @@ fn reception(
         if let oncegate_core::contract::EventTypeSource::Header(h) = &p.event_type {
             names.push(h.to_ascii_lowercase());
         }
-        if let Some(Signature::HmacSha256 {
-            timestamp_header: Some(h),
-            ..
-        }) = &p.signature
+        // A scheme's timestamp header carries no MAC, and it explains a stale refusal.
+        if let Some(h) = p
+            .signature
+            .as_ref()
+            .and_then(|s| s.scheme.timestamp_header())
         {
-            names.push(h.clone());
+            names.push(h.to_owned());
         }
     }
     for name in names {

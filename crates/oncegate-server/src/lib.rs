@@ -60,7 +60,7 @@ pub use reconciler::{
     reconcile_once, ItemReport, ReconcileError, ReconcilerSettings, RunReport, SweepReport,
 };
 pub use secrets::ProviderSecrets;
-pub use signature::{sign_hmac, sign_standard_webhooks};
+pub use signature::{sign_hmac, sign_standard_webhooks, SignatureError};
 
 /// Where the service reads the time. Tests inject a fixed or stepped clock; production uses
 /// [`system_clock`].

@@ -1,137 +1,110 @@
-//! Provider signatures: Standard Webhooks and the generic HMAC-SHA-256 header scheme.
+//! Provider signatures: one verifier for every scheme, and the signers tests and `demo` use.
 //!
-//! Both check the MAC with `hmac`'s constant-time `verify_slice`, and both bound the signed
-//! timestamp by the contract's tolerance so a captured request cannot be replayed days later.
-//! A replay inside the tolerance is not refused here: it is a transport duplicate, recognized
-//! by the store and answered `ignore`.
+//! Each scheme's header format is read by [`format`] into the bytes signed before the body, the
+//! candidate MACs and the signed timestamp; this module then does the one thing all schemes
+//! share: HMAC-SHA-256 under each of the provider's secrets (several during a rotation),
+//! compared in constant time with `hmac`'s `verify_slice` against each candidate, and only for
+//! an authentic delivery the timestamp bounded by the contract's tolerance, so a captured
+//! request cannot be replayed days later. A replay inside the tolerance is not refused here: it
+//! is a transport duplicate, recognized by the store and answered `ignore`.
+
+mod format;
 
 use axum::http::HeaderMap;
 use base64::Engine;
 use hmac::{Hmac, Mac};
-use oncegate_core::contract::{Encoding, Signature};
+use oncegate_core::contract::{Encoding, Scheme};
 use sha2::Sha256;
 use time::OffsetDateTime;
 
 type HmacSha256 = Hmac<Sha256>;
 
-fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
+/// Why a delivery's signature was refused. The message is a sentence fragment for the
+/// rejection; it names headers, never a header's value, the secret or the expected MAC, because
+/// it is journaled with the delivery and logged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignatureError {
+    /// The provider declares a scheme but none of its secrets is configured, so only bearer
+    /// tokens can authenticate its deliveries.
+    #[error("the provider's signing secret is not configured, so only bearer tokens are accepted")]
+    NotConfigured,
+    /// A header the scheme needs is absent or empty.
+    #[error("the {header} header is missing")]
+    Missing { header: String },
+    /// A header is there but not in the scheme's format; `why` completes the sentence.
+    #[error("the {header} header {why}")]
+    Malformed { header: String, why: String },
+    /// No MAC in the header verifies under any of the provider's secrets.
+    #[error("the signature in the {header} header does not match the body")]
+    Mismatch { header: String },
+    /// Authentic, but signed further in the past than the tolerance (seconds).
+    #[error("the signed timestamp is {skew} s in the past, over the tolerance of {tolerance} s (a stale or replayed request)")]
+    Stale { skew: u64, tolerance: u64 },
+    /// Authentic, but signed further in the future than the tolerance (seconds).
+    #[error("the signed timestamp is {skew} s in the future, over the tolerance of {tolerance} s (the sender's clock runs ahead of the service's)")]
+    Future { skew: u64, tolerance: u64 },
+}
+
+impl SignatureError {
+    /// A one-word name of the refusal: `not_configured`, `missing`, `malformed`, `mismatch`,
+    /// `stale` or `future`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SignatureError::NotConfigured => "not_configured",
+            SignatureError::Missing { .. } => "missing",
+            SignatureError::Malformed { .. } => "malformed",
+            SignatureError::Mismatch { .. } => "mismatch",
+            SignatureError::Stale { .. } => "stale",
+            SignatureError::Future { .. } => "future",
+        }
+    }
 }
 
 fn mac(secret: &[u8]) -> HmacSha256 {
     HmacSha256::new_from_slice(secret).expect("HMAC takes a key of any length")
 }
 
-/// Checks a signed timestamp (Unix seconds) against the tolerance.
-fn fresh(
-    name: &str,
-    value: &str,
-    tolerance: std::time::Duration,
-    now: OffsetDateTime,
-) -> Result<(), String> {
-    let ts: i64 = value
-        .parse()
-        .map_err(|_| format!("the {name} header is not a Unix timestamp in seconds"))?;
-    let skew = (now.unix_timestamp() - ts).unsigned_abs();
-    if skew > tolerance.as_secs() {
-        return Err(format!(
-            "the signed timestamp is {skew} s away from the service's clock, over the tolerance of {} s (a stale or replayed request)",
-            tolerance.as_secs()
-        ));
-    }
-    Ok(())
-}
-
-/// Verifies a delivery's signature under the provider's scheme. The error is a sentence
-/// fragment for the rejection; it never contains the secret or the expected MAC.
+/// Verifies a delivery's signature under `scheme` with any of `secrets` (raw key bytes).
 pub(crate) fn verify(
-    scheme: &Signature,
-    secret: &[u8],
+    scheme: &Scheme,
+    secrets: &[Vec<u8>],
     headers: &HeaderMap,
     body: &[u8],
     now: OffsetDateTime,
-) -> Result<(), String> {
-    match scheme {
-        Signature::StandardWebhooks { tolerance, .. } => {
-            let id = header(headers, "webhook-id")
-                .filter(|v| !v.is_empty())
-                .ok_or("the webhook-id header is missing")?;
-            let ts = header(headers, "webhook-timestamp")
-                .ok_or("the webhook-timestamp header is missing")?;
-            let sigs = header(headers, "webhook-signature")
-                .ok_or("the webhook-signature header is missing")?;
-            fresh("webhook-timestamp", ts, *tolerance, now)?;
-            let mut base = mac(secret);
-            base.update(id.as_bytes());
-            base.update(b".");
-            base.update(ts.as_bytes());
-            base.update(b".");
-            base.update(body);
-            // The header is a space-separated list (several during a secret rotation); any
-            // `v1` entry that verifies is enough.
-            let mut saw_v1 = false;
-            for entry in sigs.split_whitespace() {
-                let Some(b64) = entry.strip_prefix("v1,") else {
-                    continue;
-                };
-                saw_v1 = true;
-                if let Ok(sig) = base64::engine::general_purpose::STANDARD.decode(b64) {
-                    if base.clone().verify_slice(&sig).is_ok() {
-                        return Ok(());
-                    }
-                }
-            }
-            Err(if saw_v1 {
-                "the webhook-signature does not match the body".to_owned()
+) -> Result<(), SignatureError> {
+    if secrets.is_empty() {
+        return Err(SignatureError::NotConfigured);
+    }
+    let signed = format::read(scheme, headers)?;
+    // Stopping at the first secret that verifies tells the timing which secret signed, never a
+    // byte of a MAC: each comparison itself is constant-time.
+    let authentic = secrets.iter().any(|secret| {
+        let mut m = mac(secret);
+        m.update(&signed.prefix);
+        m.update(body);
+        signed
+            .candidates
+            .iter()
+            .any(|candidate| m.clone().verify_slice(candidate).is_ok())
+    });
+    if !authentic {
+        return Err(SignatureError::Mismatch {
+            header: signed.header,
+        });
+    }
+    if let (Some(ts), Some(tolerance)) = (signed.timestamp, scheme.tolerance()) {
+        let tolerance = tolerance.as_secs();
+        let ahead = i128::from(now.unix_timestamp()) - i128::from(ts);
+        let skew = u64::try_from(ahead.unsigned_abs()).unwrap_or(u64::MAX);
+        if skew > tolerance {
+            return Err(if ahead > 0 {
+                SignatureError::Stale { skew, tolerance }
             } else {
-                "the webhook-signature header has no v1 signature".to_owned()
-            })
-        }
-        Signature::HmacSha256 {
-            header: name,
-            encoding,
-            prefix,
-            timestamp_header,
-            tolerance,
-            ..
-        } => {
-            let value =
-                header(headers, name).ok_or_else(|| format!("the {name} header is missing"))?;
-            let value = match prefix {
-                Some(p) => value
-                    .strip_prefix(p.as_str())
-                    .ok_or_else(|| format!("the {name} header does not start with {p:?}"))?,
-                None => value,
-            };
-            let sig = match encoding {
-                Encoding::Hex => hex::decode(value).ok(),
-                Encoding::Base64 => base64::engine::general_purpose::STANDARD.decode(value).ok(),
-            }
-            .ok_or_else(|| {
-                format!(
-                    "the {name} header is not {}",
-                    match encoding {
-                        Encoding::Hex => "hex",
-                        Encoding::Base64 => "base64",
-                    }
-                )
-            })?;
-            let mut m = mac(secret);
-            if let Some(ts_name) = timestamp_header {
-                let ts = header(headers, ts_name)
-                    .ok_or_else(|| format!("the {ts_name} header is missing"))?;
-                fresh(ts_name, ts, *tolerance, now)?;
-                m.update(ts.as_bytes());
-                m.update(b".");
-            }
-            m.update(body);
-            m.verify_slice(&sig)
-                .map_err(|_| format!("the {name} signature does not match the body"))
+                SignatureError::Future { skew, tolerance }
+            });
         }
     }
+    Ok(())
 }
 
 /// Signs like a provider would; used by tests and by `demo` to post genuine deliveries.
@@ -162,25 +135,26 @@ pub fn sign_hmac(secret: &[u8], encoding: Encoding, timestamp: Option<i64>, body
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oncegate_core::contract::SecretSource;
     use std::time::Duration;
 
-    fn sw() -> Signature {
-        Signature::StandardWebhooks {
-            secret: SecretSource::Env("X".into()),
+    fn sw() -> Scheme {
+        Scheme::StandardWebhooks {
             tolerance: Duration::from_secs(300),
         }
     }
 
-    fn hm(ts: bool) -> Signature {
-        Signature::HmacSha256 {
+    fn hm(ts: bool) -> Scheme {
+        Scheme::HmacSha256 {
             header: "x-sig".into(),
             encoding: Encoding::Hex,
             prefix: Some("sha256=".into()),
             timestamp_header: ts.then(|| "x-ts".to_owned()),
             tolerance: Duration::from_secs(300),
-            secret: SecretSource::Env("X".into()),
         }
+    }
+
+    fn key(k: &[u8]) -> Vec<Vec<u8>> {
+        vec![k.to_vec()]
     }
 
     fn now() -> OffsetDateTime {
@@ -204,14 +178,14 @@ mod tests {
             ("webhook-timestamp", "1700000000".into()),
             ("webhook-signature", format!("v1,AAAA {good}")),
         ]);
-        assert_eq!(verify(&sw(), b"key", &h, body, now()), Ok(()));
-        assert!(verify(&sw(), b"other", &h, body, now()).is_err());
-        assert!(verify(&sw(), b"key", &h, br#"{"a":2}"#, now()).is_err());
+        assert_eq!(verify(&sw(), &key(b"key"), &h, body, now()), Ok(()));
+        assert!(verify(&sw(), &key(b"other"), &h, body, now()).is_err());
+        assert!(verify(&sw(), &key(b"key"), &h, br#"{"a":2}"#, now()).is_err());
         let late = now() + time::Duration::seconds(301);
-        let err = verify(&sw(), b"key", &h, body, late).unwrap_err();
-        assert!(err.contains("tolerance"), "{err}");
+        let err = verify(&sw(), &key(b"key"), &h, body, late).unwrap_err();
+        assert!(err.to_string().contains("tolerance"), "{err}");
         let missing = headers(&[("webhook-id", "msg_1".into())]);
-        assert!(verify(&sw(), b"key", &missing, body, now()).is_err());
+        assert!(verify(&sw(), &key(b"key"), &missing, body, now()).is_err());
     }
 
     #[test]
@@ -222,12 +196,30 @@ mod tests {
             ("x-sig", format!("sha256={sig}")),
             ("x-ts", "1700000000".into()),
         ]);
-        assert_eq!(verify(&hm(true), b"k", &h, body, now()), Ok(()));
-        assert!(verify(&hm(false), b"k", &h, body, now()).is_err());
+        assert_eq!(verify(&hm(true), &key(b"k"), &h, body, now()), Ok(()));
+        assert!(verify(&hm(false), &key(b"k"), &h, body, now()).is_err());
         let unprefixed = headers(&[("x-sig", sig), ("x-ts", "1700000000".into())]);
-        assert!(verify(&hm(true), b"k", &unprefixed, body, now()).is_err());
+        assert!(verify(&hm(true), &key(b"k"), &unprefixed, body, now()).is_err());
         let plain = sign_hmac(b"k", Encoding::Hex, None, body);
         let h = headers(&[("x-sig", format!("sha256={plain}"))]);
-        assert_eq!(verify(&hm(false), b"k", &h, body, now()), Ok(()));
+        assert_eq!(verify(&hm(false), &key(b"k"), &h, body, now()), Ok(()));
+    }
+
+    #[test]
+    fn any_secret_verifies_and_none_configured_is_its_own_refusal() {
+        let body = b"{}";
+        let sig = sign_hmac(b"new", Encoding::Hex, None, body);
+        let h = headers(&[("x-sig", format!("sha256={sig}"))]);
+        let rotated = vec![b"old".to_vec(), b"new".to_vec()];
+        assert_eq!(verify(&hm(false), &rotated, &h, body, now()), Ok(()));
+        let retired = vec![b"old".to_vec()];
+        assert_eq!(
+            verify(&hm(false), &retired, &h, body, now()).map_err(|e| e.kind()),
+            Err("mismatch")
+        );
+        assert_eq!(
+            verify(&hm(false), &[], &h, body, now()),
+            Err(SignatureError::NotConfigured)
+        );
     }
 }

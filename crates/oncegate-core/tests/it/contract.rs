@@ -1,8 +1,9 @@
 //! The contract file: the shipped example is valid, and each refusal names file, line,
 //! provider, type and field.
 
-use oncegate_core::contract::{parse, ContractErrors};
+use oncegate_core::contract::{parse, ContractErrors, Scheme, SecretSource, Signature};
 use oncegate_core::strategy::Level;
+use std::time::Duration;
 
 const EXAMPLE: &str = include_str!("../../../../examples/oncegate.toml");
 
@@ -151,4 +152,148 @@ fn toml_syntax_errors_carry_the_line() {
 fn all_errors_are_reported_together() {
     let e = errors("[settings]\nlease = \"x\"\nhorizon = \"y\"\n");
     assert_eq!(e.0.len(), 2, "{e}");
+}
+
+fn signature_of(c: &oncegate_core::contract::Contract, provider: &str) -> Signature {
+    c.provider(provider)
+        .and_then(|p| p.signature.clone())
+        .unwrap_or_else(|| panic!("{provider} declares a signature"))
+}
+
+#[test]
+fn signature_presets_take_their_defaults_and_several_secrets() {
+    let text = r#"
+[providers.stripe]
+event_type = "/type"
+signature = { scheme = "stripe", secret_env = ["STRIPE_OLD", "STRIPE_NEW"] }
+
+[providers.lookalike]
+event_type = "/type"
+signature = { scheme = "stripe", header = "X-Lookalike-Signature", tolerance = "10m", secret_file = "/run/secrets/lookalike" }
+
+[providers.paddle]
+event_type = "/event_type"
+signature = { scheme = "paddle", secret_file = ["/run/a", "/run/b"] }
+
+[providers.slack]
+event_type = "/type"
+signature = { scheme = "slack", tolerance = "1m", secret_env = "SLACK_SIGNING_SECRET" }
+
+[providers.github]
+event_type_header = "x-github-event"
+signature = { scheme = "github", secret_env = "GITHUB_WEBHOOK_SECRET" }
+
+[providers.shopify]
+event_type_header = "x-shopify-topic"
+signature = { scheme = "shopify", secret_env = "SHOPIFY_API_SECRET" }
+"#;
+    let c = parse("c.toml", text).unwrap_or_else(|e| panic!("{e}"));
+    let five = Duration::from_secs(300);
+    let env = |n: &str| SecretSource::Env(n.to_owned());
+    let file = |n: &str| SecretSource::File(n.to_owned());
+    let cases = [
+        (
+            "stripe",
+            Scheme::Stripe {
+                header: "stripe-signature".into(),
+                tolerance: five,
+            },
+            vec![env("STRIPE_OLD"), env("STRIPE_NEW")],
+        ),
+        (
+            "lookalike",
+            Scheme::Stripe {
+                header: "x-lookalike-signature".into(),
+                tolerance: Duration::from_secs(600),
+            },
+            vec![file("/run/secrets/lookalike")],
+        ),
+        (
+            "paddle",
+            Scheme::Paddle { tolerance: five },
+            vec![file("/run/a"), file("/run/b")],
+        ),
+        (
+            "slack",
+            Scheme::Slack {
+                tolerance: Duration::from_secs(60),
+            },
+            vec![env("SLACK_SIGNING_SECRET")],
+        ),
+        ("github", Scheme::Github, vec![env("GITHUB_WEBHOOK_SECRET")]),
+        ("shopify", Scheme::Shopify, vec![env("SHOPIFY_API_SECRET")]),
+    ];
+    for (provider, scheme, secrets) in cases {
+        assert_eq!(
+            signature_of(&c, provider),
+            Signature { scheme, secrets },
+            "{provider}"
+        );
+    }
+    assert_eq!(signature_of(&c, "stripe").scheme.tolerance(), Some(five));
+    assert_eq!(signature_of(&c, "github").scheme.tolerance(), None);
+    assert_eq!(
+        signature_of(&c, "slack").scheme.timestamp_header(),
+        Some("x-slack-request-timestamp")
+    );
+}
+
+#[test]
+fn signature_refusals_name_the_field() {
+    let with =
+        |sig: &str| format!("[providers.p]\nevent_type = \"/type\"\nsignature = {{ {sig} }}\n");
+    // An unknown scheme lists every valid one.
+    refused(
+        &with(r#"scheme = "stripe-v2", secret_env = "S""#),
+        &[
+            "field \"signature.scheme\": \"stripe-v2\" is not a signature scheme",
+            r#""standard-webhooks", "hmac-sha256", "stripe", "paddle", "slack", "github", "shopify""#,
+        ],
+    );
+    // A field the scheme does not read is an error, not a silent no-op.
+    refused(
+        &with(r#"scheme = "paddle", header = "x-paddle", secret_env = "S""#),
+        &["field \"signature.header\": the \"paddle\" scheme has a fixed format and takes no `header`"],
+    );
+    refused(
+        &with(r#"scheme = "github", header = "x-hub-signature", secret_env = "S""#),
+        &["field \"signature.header\""],
+    );
+    refused(
+        &with(r#"scheme = "stripe", encoding = "base64", prefix = "v1=", secret_env = "S""#),
+        &["field \"signature.encoding\"", "field \"signature.prefix\""],
+    );
+    refused(
+        &with(r#"scheme = "slack", timestamp_header = "x-ts", secret_env = "S""#),
+        &["field \"signature.timestamp_header\""],
+    );
+    refused(
+        &with(r#"scheme = "shopify", tolerance = "5m", secret_env = "S""#),
+        &["field \"signature.tolerance\": the \"shopify\" scheme signs no timestamp"],
+    );
+    refused(
+        &with(r#"scheme = "stripe", tolerance = "0s", secret_env = "S""#),
+        &["field \"signature.tolerance\": a duration must be longer than zero"],
+    );
+    // Secret lists: not empty, no name twice, and still never both sources.
+    refused(
+        &with(r#"scheme = "stripe", secret_env = []"#),
+        &["field \"signature.secret_env\": the list names no secret"],
+    );
+    refused(
+        &with(r#"scheme = "stripe", secret_file = ["/a", "/a"]"#),
+        &["field \"signature.secret_file\": \"/a\" is named twice"],
+    );
+    refused(
+        &with(r#"scheme = "stripe", secret_env = ["A", ""]"#),
+        &["field \"signature.secret_env\": a secret's name is empty"],
+    );
+    refused(
+        &with(r#"scheme = "stripe", secret_env = ["A"], secret_file = "/b""#),
+        &["`secret_env` or `secret_file`, not both"],
+    );
+    refused(
+        &with(r#"scheme = "stripe", secret_env = 3"#),
+        &["a name or a list of names"],
+    );
 }

@@ -11,6 +11,8 @@ mod operation_scope;
 mod operations;
 mod reconcile;
 mod safety;
+mod signatures;
+mod vectors;
 
 /// Instantiates each scenario once per backend, as `sqlite::<name>` and `postgres::<name>`.
 macro_rules! both_backends {
@@ -41,6 +43,8 @@ both_backends!(
     auth::signatures_are_verified_and_failures_journaled,
     auth::tenants_are_isolated,
     auth::roles_guard_the_routes,
+    signatures::a_stripe_signed_delivery_is_decided_and_a_refusal_reveals_nothing,
+    signatures::every_preset_verifies_rotated_secrets_and_refuses_forgeries_over_http,
     decisions::fifty_identical_deliveries_make_one_effect,
     decisions::a_reencoded_retry_is_ignored_with_the_first_result,
     decisions::the_seed_second_refund_is_reconciled_not_dropped,
