@@ -131,6 +131,10 @@ pub struct Authority {
     /// listed at the authority periodically and operations with no local effect reported.
     /// Off (`None`) unless the contract asks for it.
     pub sweep_window: Option<Duration>,
+    /// A PEM file of extra CA certificates this authority's HTTPS connection trusts beside
+    /// the system's roots (a provider's private CA). Only the path is recorded here: the core
+    /// reads no file, the server loads it at start-up and refuses to start when it cannot.
+    pub ca_file: Option<String>,
 }
 
 /// A validated event type.
@@ -328,6 +332,7 @@ struct RawAuthority {
     #[serde(default)]
     fields: BTreeMap<String, String>,
     sweep_window: Option<String>,
+    ca_file: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -1022,6 +1027,17 @@ fn authority(
     if !(raw.url.starts_with("http://") || raw.url.starts_with("https://")) {
         c.error(at, "authority.url", "must be an http:// or https:// URL");
     }
+    match raw.ca_file.as_deref() {
+        Some("") => c.error(at, "authority.ca_file", "must name a PEM file of CA certificates"),
+        // A CA for a plain-HTTP authority would never be used: the contract says something
+        // it does not mean.
+        Some(_) if !raw.url.starts_with("https://") => c.error(
+            at,
+            "authority.ca_file",
+            "is only used for an https:// URL",
+        ),
+        _ => {}
+    }
     let auth_secret = match (&raw.auth_header, raw.auth_secret_env, raw.auth_secret_file) {
         (None, None, None) => None,
         (Some(_), env, file) => c.secret(at, "authority", env, file),
@@ -1064,5 +1080,6 @@ fn authority(
         reference: reference?,
         fields,
         sweep_window,
+        ca_file: raw.ca_file,
     })
 }
