@@ -56,12 +56,30 @@ impl ApiError {
         )
     }
 
+    /// A request body still arriving past its deadline. Permanent for this request (the same
+    /// sender would be as slow again), so a 408, not a 503.
+    pub(crate) fn body_timeout(late: crate::deadline::BodyTimedOut) -> Self {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!("{}; the connection is closed.", capitalized(&late.to_string())),
+        )
+    }
+
     fn internal() -> Self {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             "The service failed to answer; the cause is in its log.",
         )
+    }
+}
+
+fn capitalized(s: &str) -> String {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(c) => c.to_uppercase().chain(chars).collect(),
+        None => String::new(),
     }
 }
 

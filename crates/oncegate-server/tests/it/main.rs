@@ -2,6 +2,7 @@
 //! `reqwest`, every scenario run unchanged against SQLite and PostgreSQL.
 
 mod auth;
+mod deadlines;
 mod decisions;
 mod effects;
 mod harness;
@@ -9,6 +10,7 @@ mod limits;
 mod operations;
 mod reconcile;
 mod safety;
+mod tls;
 
 /// Instantiates each scenario once per backend, as `sqlite::<name>` and `postgres::<name>`.
 macro_rules! both_backends {
@@ -59,6 +61,8 @@ both_backends!(
     reconcile::expired_leases_verify_critical_and_release_reversible,
     reconcile::the_sweep_reports_operations_with_no_local_effect,
     reconcile::the_worker_publishes_missing_effects,
+    tls::an_https_authority_signed_by_a_private_ca_needs_that_ca,
+    deadlines::a_trickled_body_is_answered_408_and_journaled,
 );
 
 /// The store going away is exercised on PostgreSQL, where it can really go away under a
