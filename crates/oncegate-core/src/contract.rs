@@ -998,6 +998,30 @@ fn same_definition(a: &Strategy, b: &Strategy) -> bool {
     a.level == b.level && a.fields == b.fields && a.confidence == b.confidence && a.scope == b.scope
 }
 
+/// Whether the host of a URL (given without its scheme) is a loopback address: 127.0.0.0/8,
+/// `::1` or `localhost` (RFC 6761 keeps `localhost` and its subdomains on the machine itself).
+/// Pure text: no name is resolved.
+fn is_loopback(after_scheme: &str) -> bool {
+    let authority = after_scheme
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default();
+    // Userinfo (`user:pass@`) comes before the host.
+    let host_port = authority.rsplit('@').next().unwrap_or_default();
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host_port.split(':').next().unwrap_or_default(),
+    };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    if host == "localhost" || host.ends_with(".localhost") {
+        return true;
+    }
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => false,
+    }
+}
+
 fn authority(
     c: &mut Checker<'_>,
     at: At<'_>,
@@ -1027,15 +1051,29 @@ fn authority(
     if !(raw.url.starts_with("http://") || raw.url.starts_with("https://")) {
         c.error(at, "authority.url", "must be an http:// or https:// URL");
     }
+    if let Some(rest) = raw.url.strip_prefix("http://") {
+        if !is_loopback(rest) {
+            c.warnings.push(format!(
+                "{}:{}: provider {:?}, type {:?}: the authority {} is plain http:// on a host that is not loopback: its answers and its auth header travel unencrypted and unauthenticated; use https://",
+                c.file,
+                at.line.unwrap_or(0),
+                at.provider.unwrap_or(""),
+                at.event_type.unwrap_or(""),
+                raw.url
+            ));
+        }
+    }
     match raw.ca_file.as_deref() {
-        Some("") => c.error(at, "authority.ca_file", "must name a PEM file of CA certificates"),
-        // A CA for a plain-HTTP authority would never be used: the contract says something
-        // it does not mean.
-        Some(_) if !raw.url.starts_with("https://") => c.error(
+        Some("") => c.error(
             at,
             "authority.ca_file",
-            "is only used for an https:// URL",
+            "must name a PEM file of CA certificates",
         ),
+        // A CA for a plain-HTTP authority would never be used: the contract says something
+        // it does not mean.
+        Some(_) if !raw.url.starts_with("https://") => {
+            c.error(at, "authority.ca_file", "is only used for an https:// URL")
+        }
         _ => {}
     }
     let auth_secret = match (&raw.auth_header, raw.auth_secret_env, raw.auth_secret_file) {
