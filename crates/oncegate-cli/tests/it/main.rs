@@ -2,6 +2,7 @@
 
 mod corpus;
 mod migrate;
+mod pipes;
 mod reconcile;
 mod safety;
 mod serve;
