@@ -161,10 +161,13 @@ impl AuthorityClient {
         match &authority.ca_file {
             None => Ok(&self.http),
             // Never fall back to the system's roots alone: the contract asked for this CA.
-            Some(file) => self.with_ca.get(file).ok_or_else(|| AuthorityError::Transport {
-                authority: authority.url.clone(),
-                cause: format!("its CA file {file} was not loaded when the client was built"),
-            }),
+            Some(file) => self
+                .with_ca
+                .get(file)
+                .ok_or_else(|| AuthorityError::Transport {
+                    authority: authority.url.clone(),
+                    cause: format!("its CA file {file} was not loaded when the client was built"),
+                }),
         }
     }
 

@@ -92,19 +92,17 @@ pub(crate) async fn serve(
 /// may free what is missing.
 async fn accept_failed(e: std::io::Error) {
     use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
-    if matches!(e.kind(), ConnectionRefused | ConnectionAborted | ConnectionReset) {
+    if matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    ) {
         return;
     }
     tracing::error!(error = %e, "accepting a connection failed");
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
-async fn connection(
-    stream: TcpStream,
-    app: Router,
-    deadlines: Deadlines,
-    stop: watch::Sender<()>,
-) {
+async fn connection(stream: TcpStream, app: Router, deadlines: Deadlines, stop: watch::Sender<()>) {
     let phase = Arc::new(watch::Sender::new(Phase::Head(Instant::now())));
     let io = TokioIo::new(Watched {
         inner: stream,

@@ -62,7 +62,10 @@ impl ApiError {
         ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             "body_timeout",
-            format!("{}; the connection is closed.", capitalized(&late.to_string())),
+            format!(
+                "{}; the connection is closed.",
+                capitalized(&late.to_string())
+            ),
         )
     }
 

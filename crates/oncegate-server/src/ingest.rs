@@ -222,7 +222,11 @@ async fn ingest(state: &AppState, r: Reception) -> Result<DecisionBody, ApiError
             state,
             &r,
             None,
-            Refusal::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", late.to_string()),
+            Refusal::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                late.to_string(),
+            ),
         )
         .await;
     }

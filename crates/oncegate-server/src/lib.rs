@@ -65,8 +65,8 @@ pub use reconciler::{
     reconcile_once, ItemReport, ReconcileError, ReconcilerSettings, RunReport, SweepReport,
 };
 pub use secrets::ProviderSecrets;
-pub use trust::TrustError;
 pub use signature::{sign_hmac, sign_standard_webhooks};
+pub use trust::TrustError;
 
 /// Where the service reads the time. Tests inject a fixed or stepped clock; production uses
 /// [`system_clock`].
@@ -183,16 +183,27 @@ pub fn router(config: ServiceConfig) -> axum::Router {
     routes::router(state::AppState::new(config))
 }
 
-/// Reads every CA file the authorities need (`config.ca_file` and each authority's `ca_file`)
-/// and builds their HTTPS clients, as [`serve`] and [`reconcile_once`] do before anything else,
-/// so a caller can refuse to start before it opens anything.
-pub fn check_authorities(config: &ServiceConfig) -> Result<(), TrustError> {
-    authority::AuthorityClient::new(
-        config.reconciler.authority,
-        &config.contract,
-        config.ca_file.as_deref(),
-    )
-    .map(drop)
+/// Reads every CA file the authorities of `contract` need (`ca_file`, the CA of every
+/// authority, and each authority's own `ca_file`) and builds their HTTPS clients, as [`serve`]
+/// and [`reconcile_once`] do before anything else, so a caller can refuse to start before it
+/// opens anything.
+///
+/// ```
+/// let contract = oncegate_core::contract::parse(
+///     "oncegate.toml",
+///     include_str!("../../../examples/oncegate.toml"),
+/// )
+/// .unwrap();
+/// assert!(oncegate_server::check_authorities(&contract, None).is_ok());
+/// let missing = std::path::Path::new("/nonexistent/provider-ca.pem");
+/// let e = oncegate_server::check_authorities(&contract, Some(missing)).unwrap_err();
+/// assert!(e.to_string().contains("/nonexistent/provider-ca.pem"));
+/// ```
+pub fn check_authorities(
+    contract: &Contract,
+    ca_file: Option<&std::path::Path>,
+) -> Result<(), TrustError> {
+    authority::AuthorityClient::new(AuthorityPolicy::default(), contract, ca_file).map(drop)
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then stops accepting connections and

@@ -81,7 +81,9 @@ pub(crate) fn client(
     for c in extra {
         builder = builder.add_root_certificate(c.clone());
     }
-    builder.build().map_err(|e| TrustError::Client { cause: cause(&e) })
+    builder
+        .build()
+        .map_err(|e| TrustError::Client { cause: cause(&e) })
 }
 
 /// The error and its causes in one line (reqwest's own message is only "builder error").
@@ -114,12 +116,18 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let missing = dir.join("missing.pem");
         let e = read(&ca(&missing)).unwrap_err().to_string();
-        assert!(e.contains("missing.pem") && e.contains("cannot be read"), "{e}");
+        assert!(
+            e.contains("missing.pem") && e.contains("cannot be read"),
+            "{e}"
+        );
         assert!(e.contains("ONCEGATE_CA_FILE"), "{e}");
         let text = dir.join("notes.txt");
         std::fs::write(&text, "not a certificate\n").unwrap();
         let e = read(&ca(&text)).unwrap_err().to_string();
-        assert!(e.contains("notes.txt") && e.contains("no PEM certificate"), "{e}");
+        assert!(
+            e.contains("notes.txt") && e.contains("no PEM certificate"),
+            "{e}"
+        );
         let garbled = dir.join("garbled.pem");
         std::fs::write(
             &garbled,
@@ -127,7 +135,10 @@ mod tests {
         )
         .unwrap();
         let e = read(&ca(&garbled)).unwrap_err().to_string();
-        assert!(e.contains("garbled.pem") && e.contains("cannot be used"), "{e}");
+        assert!(
+            e.contains("garbled.pem") && e.contains("cannot be used"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

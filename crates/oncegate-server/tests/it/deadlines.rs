@@ -100,7 +100,10 @@ async fn a_trickled_head_is_cut_at_the_header_deadline() {
     let started = Instant::now();
     trickle(write, head.as_bytes().to_vec());
     let got = read_until_closed(&mut read).await;
-    assert!(!got.contains("200 OK"), "the trickled request was served: {got:?}");
+    assert!(
+        !got.contains("200 OK"),
+        "the trickled request was served: {got:?}"
+    );
     assert!(started.elapsed() < BOUND);
 
     // A new connection sending nothing at all is cut the same way.

@@ -193,7 +193,10 @@ pub async fn an_https_authority_signed_by_a_private_ca_needs_that_ca(kind: Kind)
         error.contains("certificate was refused") && error.contains("UnknownIssuer"),
         "{item}"
     );
-    assert!(error.contains("ca_file"), "the error says what to do: {item}");
+    assert!(
+        error.contains("ca_file"),
+        "the error says what to do: {item}"
+    );
     s.stop().await;
 
     // The authority's own `ca_file`: the second refund is released with the unmatched reference.
@@ -228,13 +231,21 @@ async fn an_unusable_ca_file_is_a_startup_error_naming_it() {
         .await
         .unwrap();
     let base = "https://127.0.0.1:9";
-    for (ca, what) in [(&missing, "cannot be read"), (&not_pem, "no PEM certificate")] {
+    for (ca, what) in [
+        (&missing, "cannot be read"),
+        (&not_pem, "no PEM certificate"),
+    ] {
         // As the authority's own `ca_file`…
         let text = contract_text(base, Some(ca));
         let c = Arc::new(contract::parse("oncegate.toml", &text).unwrap());
         let config = ServiceConfig::new(c, store.clone(), b"salt".to_vec());
-        let e = check_authorities(&config).unwrap_err().to_string();
-        assert!(e.contains(&ca.display().to_string()) && e.contains(what), "{e}");
+        let e = check_authorities(&config.contract, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&ca.display().to_string()) && e.contains(what),
+            "{e}"
+        );
         assert!(e.contains("payflow/refund.created"), "{e}");
         let e = reconcile_once(&config).await.unwrap_err().to_string();
         assert!(e.contains(&ca.display().to_string()), "{e}");
