@@ -9,7 +9,7 @@
 //!
 //! | route | who | answers |
 //! |---|---|---|
-//! | `POST /v1/deliveries/{tenant}/{provider}/{env}` | provider signature, or bearer `ingest`/`admin` | 200 decision; 400 malformed; 401 bad signature/token; 403 role; 413 too large; 503 store down or timeout |
+//! | `POST /v1/deliveries/{tenant}/{provider}/{env}` | provider signature, or bearer `ingest`/`admin` | 200 decision; 400 malformed; 401 bad signature/token; 403 role; 408 body too slow; 413 too large; 503 store down or timeout |
 //! | `POST /v1/effects/{effect_id}/complete` · `/fail` · `/heartbeat` | bearer `ingest`/`admin` + reservation token | 200; 400 invalid token or body; 404 unknown/other tenant; 409 stale token or lost lease |
 //! | `GET /v1/deliveries/{delivery_id}[?payload=true]` | bearer `operator`/`admin` (payload: `admin`) | 200 proof; 403; 404 |
 //! | `GET /v1/queue?kind=&status=` | bearer `operator`/`admin` | 200 `{items}`; 400 |
