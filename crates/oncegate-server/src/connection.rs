@@ -123,6 +123,9 @@ async fn connection(stream: TcpStream, app: Router, deadlines: Deadlines, stop: 
     };
     let conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
+        // The watchdog below bounds the head (see the module's header); hyper's own bound,
+        // which would also cut idle connections at the head's deadline, stays off.
+        .header_read_timeout(None)
         .serve_connection(io, service);
     let mut conn = pin!(conn);
     let mut watchdog = pin!(watchdog(phase.subscribe(), deadlines));
