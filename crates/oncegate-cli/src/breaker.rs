@@ -186,7 +186,7 @@ pub fn main(command: BreakerCommand) -> Result<()> {
                 .await?
             }
         };
-        print!("{out}");
+        out!("{out}")?;
         Ok(())
     })
 }

@@ -8,8 +8,7 @@ use std::process::ExitCode;
 
 pub fn run(lines: bool) -> Result<ExitCode> {
     let stdin = std::io::stdin();
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = crate::output::stdout();
     // A canon run is an offline tool: allow bodies far larger than a webhook limit.
     let limits = Limits {
         max_bytes: usize::MAX,
@@ -57,7 +56,7 @@ pub fn run(lines: bool) -> Result<ExitCode> {
     }
     out.flush()?;
     if failed > 0 {
-        eprintln!("oncegate: {failed} of {number} lines were not accepted");
+        errln!("oncegate: {failed} of {number} lines were not accepted");
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)

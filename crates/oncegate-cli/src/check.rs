@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 pub fn run(path: &Path) -> Result<ExitCode> {
     let contract = crate::contract::load(path)?;
-    println!("{}: valid", path.display());
+    outln!("{}: valid", path.display())?;
     for provider in contract.providers.values() {
         let reads = match &provider.event_type {
             EventTypeSource::Pointer(p) => format!("event type at {p}"),
@@ -18,7 +18,7 @@ pub fn run(path: &Path) -> Result<ExitCode> {
             Some(h) => format!("delivery id in {h} (strong transport key)"),
             None => "no delivery id: raw body hash (weak transport key)".to_owned(),
         };
-        println!("\nprovider {}: {reads}; {transport}", provider.name);
+        outln!("\nprovider {}: {reads}; {transport}", provider.name)?;
         for t in provider.types.values() {
             let mut facts = vec![
                 t.criticality.as_str().to_owned(),
@@ -39,7 +39,7 @@ pub fn run(path: &Path) -> Result<ExitCode> {
             } else {
                 "no authority".to_owned()
             });
-            println!("  type {} ({})", t.name, facts.join("; "));
+            outln!("  type {} ({})", t.name, facts.join("; "))?;
             let mut table = Table::new();
             table.load_preset(UTF8_BORDERS_ONLY);
             table.set_header(vec![
@@ -87,13 +87,13 @@ pub fn run(path: &Path) -> Result<ExitCode> {
                 ]);
             }
             for line in table.to_string().lines() {
-                println!("    {line}");
+                outln!("    {line}")?;
             }
             for v in &t.volatile {
-                println!("    volatile {}: {}", v.pointer, v.why);
+                outln!("    volatile {}: {}", v.pointer, v.why)?;
             }
             for u in &t.unordered {
-                println!("    unordered {}: {}", u.pointer, u.why);
+                outln!("    unordered {}: {}", u.pointer, u.why)?;
             }
         }
     }

@@ -11,7 +11,7 @@ pub fn load(path: &Path) -> Result<Contract> {
     let contract =
         contract::parse(&path.display().to_string(), &text).map_err(|e| anyhow!("{e}"))?;
     for w in &contract.warnings {
-        eprintln!("warning: {w}");
+        errln!("warning: {w}");
     }
     Ok(contract)
 }

@@ -75,7 +75,7 @@ async fn answer(response: reqwest::Response) -> Result<Value> {
     Ok(value)
 }
 
-fn show(step: &str, d: &Value) {
+fn show(step: &str, d: &Value) -> Result<()> {
     let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
     let strategy = match d.get("strategy") {
         Some(Value::Object(st)) => format!(
@@ -89,22 +89,22 @@ fn show(step: &str, d: &Value) {
         ),
         _ => "no strategy".to_owned(),
     };
-    println!("{step}");
-    println!(
+    outln!("{step}")?;
+    outln!(
         "   → {:<10} {}  [{strategy}]",
         s("action").to_uppercase(),
         s("delivery_id")
-    );
-    println!("     {}", s("reason"));
+    )?;
+    outln!("     {}", s("reason"))?;
     if let Some(r) = d.get("reference_delivery_id").and_then(Value::as_str) {
-        println!("     reference delivery: {r}");
+        outln!("     reference delivery: {r}")?;
     }
     if let Some(result) = d
         .get("effect")
         .and_then(|e| e.get("result"))
         .filter(|r| !r.is_null())
     {
-        println!("     existing result: {result}");
+        outln!("     existing result: {result}")?;
     }
     if let Some(flags) = d
         .get("flags")
@@ -112,8 +112,9 @@ fn show(step: &str, d: &Value) {
         .filter(|f| !f.is_empty())
     {
         let f: Vec<&str> = flags.iter().filter_map(Value::as_str).collect();
-        println!("     flags: {}", f.join(", "));
+        outln!("     flags: {}", f.join(", "))?;
     }
+    Ok(())
 }
 
 fn field<'v>(v: &'v Value, path: &str) -> Result<&'v Value> {
@@ -133,7 +134,7 @@ async fn complete(demo: &Demo, decision: &Value, result: Value) -> Result<()> {
         Some(json!({ "token": token, "result": result })),
     )
     .await?;
-    println!("     the worker applies it and completes {effect} with {result}");
+    outln!("     the worker applies it and completes {effect} with {result}")?;
     Ok(())
 }
 
@@ -210,15 +211,15 @@ pub async fn run() -> Result<()> {
         base: base.clone(),
     };
 
-    println!(
+    outln!(
         "oncegate demo: the service runs at {base} on a temporary SQLite store ({})",
         db.display()
-    );
-    println!("provider payflow sends no event id; contract examples/oncegate.toml\n");
+    )?;
+    outln!("provider payflow sends no event id; contract examples/oncegate.toml\n")?;
 
     let capture = r#"{"type":"payment.captured","sent_at":"2026-03-02T09:14:07Z","attempt":1,"data":{"payment_id":"pay_7Hq2","capture_id":"cap_91","amount":4990,"currency":"EUR","captured_at":"2026-03-02T10:14:05+01:00","customer_email":"jane@example.com"}}"#;
     let first = demo.deliver(capture).await?;
-    show("1. payment.captured for pay_7Hq2 (49.90 EUR)", &first);
+    show("1. payment.captured for pay_7Hq2 (49.90 EUR)", &first)?;
     complete(
         &demo,
         &first,
@@ -228,7 +229,7 @@ pub async fn run() -> Result<()> {
 
     let recoded = "{ \"data\": { \"currency\": \"EUR\", \"amount\": 4.99e3, \"capture_id\": \"cap_91\",\n  \"captured_at\": \"2026-03-02T09:14:05Z\", \"payment_id\": \"pay_7Hq2\", \"customer_email\": \"jane@example.com\" },\n  \"attempt\": 2, \"type\": \"payment.captured\", \"sent_at\": \"2026-03-02T09:19:12Z\" }";
     let second = demo.deliver(recoded).await?;
-    show("\n2. the same capture again, re-encoded: members reordered, whitespace, 4990 written 4.99e3, the date in UTC, a new sent_at", &second);
+    show("\n2. the same capture again, re-encoded: members reordered, whitespace, 4990 written 4.99e3, the date in UTC, a new sent_at", &second)?;
 
     let refund = |sent_at: &str, attempt: u32| {
         format!(
@@ -239,7 +240,7 @@ pub async fn run() -> Result<()> {
     show(
         "\n3. refund.created: 15.00 EUR on pay_7Hq2, no request reference",
         &r1,
-    );
+    )?;
     complete(
         &demo,
         &r1,
@@ -248,18 +249,18 @@ pub async fn run() -> Result<()> {
     .await?;
 
     let r2 = demo.deliver(&refund("2026-03-05T16:06:40Z", 1)).await?;
-    show("\n4. four minutes later, a second refund of 15.00 EUR on pay_7Hq2: a legitimate second operation whose canonical body is identical", &r2);
+    show("\n4. four minutes later, a second refund of 15.00 EUR on pay_7Hq2: a legitimate second operation whose canonical body is identical", &r2)?;
     if r2.get("action").and_then(Value::as_str) == Some("ignore") {
         bail!("the second refund was ignored: that is the silent loss oncegate exists to prevent");
     }
-    println!("     A fingerprint-only dedup would have dropped this refund here. oncegate keeps it for reconciliation.");
+    outln!("     A fingerprint-only dedup would have dropped this refund here. oncegate keeps it for reconciliation.")?;
 
     let retry = "{\"attempt\":2,\"type\":\"refund.created\",\"data\":{\"currency\":\"EUR\",\"payment_id\":\"pay_7Hq2\",\"amount\":15e2,\"reason\":\"requested_by_customer\"},\"sent_at\":\"2026-03-05T16:07:02Z\"}";
     let r3 = demo.deliver(retry).await?;
     show(
         "\n5. the provider retries the first refund (attempt 2, re-encoded)",
         &r3,
-    );
+    )?;
 
     let queue = demo
         .call(
@@ -272,9 +273,9 @@ pub async fn run() -> Result<()> {
         .as_array()
         .cloned()
         .unwrap_or_default();
-    println!("\n6. the reconcile queue: {} item(s), each with its reference delivery and existing result", items.len());
+    outln!("\n6. the reconcile queue: {} item(s), each with its reference delivery and existing result", items.len())?;
     for item in &items {
-        println!(
+        outln!(
             "     {}  reference {}  existing result {}",
             item.get("delivery_id")
                 .and_then(Value::as_str)
@@ -283,7 +284,7 @@ pub async fn run() -> Result<()> {
                 .and_then(Value::as_str)
                 .unwrap_or("-"),
             item.get("existing_result").unwrap_or(&Value::Null)
-        );
+        )?;
     }
     let id2 = field(&r2, "/delivery_id")?
         .as_str()
@@ -293,7 +294,7 @@ pub async fn run() -> Result<()> {
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    println!("     the reconciler asks payflow's refund list for pay_7Hq2 ({authority}/v1/payments/pay_7Hq2/refunds): re_1Fa2 and re_3Kd8, 15.00 EUR each");
+    outln!("     the reconciler asks payflow's refund list for pay_7Hq2 ({authority}/v1/payments/pay_7Hq2/refunds): re_1Fa2 and re_3Kd8, 15.00 EUR each")?;
     // Oldest first: the second refund finds re_3Kd8 unmatched (re_1Fa2 pairs with the first
     // refund's effect) and is released carrying it; the retry then finds both operations
     // applied (re_3Kd8 by its reference) and is a duplicate.
@@ -307,17 +308,17 @@ pub async fn run() -> Result<()> {
             "another item"
         };
         match item.verdict {
-            "distinct" => println!(
+            "distinct" => outln!(
                 "     {}: resolved distinct (authoritative ref {}) by the reconciler: {who}, released as a new effect",
                 item.delivery,
                 item.authoritative_ref.as_deref().unwrap_or("-")
-            ),
-            "duplicate" => println!(
+            )?,
+            "duplicate" => outln!(
                 "     {}: resolved duplicate (authoritative ref {}) by the reconciler: {who}, linked to the effect that applied it",
                 item.delivery,
                 item.authoritative_ref.as_deref().unwrap_or("-")
-            ),
-            _ => println!("     {}: still open: {}", item.delivery, item.summary),
+            )?,
+            _ => outln!("     {}: still open: {}", item.delivery, item.summary)?,
         }
     }
     if run.items.iter().any(|i| i.verdict == "open") {
@@ -335,10 +336,10 @@ pub async fn run() -> Result<()> {
         .as_array()
         .cloned()
         .unwrap_or_default();
-    println!(
+    outln!(
         "\n7. a worker claims released work: {} effect(s)",
         claimed.len()
-    );
+    )?;
     for item in &claimed {
         let effect = item
             .get("effect_id")
@@ -359,16 +360,16 @@ pub async fn run() -> Result<()> {
             Some(json!({ "token": token, "result": result })),
         )
         .await?;
-        println!("     applies the second refund and completes {effect} with {result}");
+        outln!("     applies the second refund and completes {effect} with {result}")?;
     }
 
-    println!("\n8. why was the second refund not dropped? `oncegate explain {id2}`:\n");
-    print!("{}", crate::explain::render(store.as_ref(), &id2).await?);
+    outln!("\n8. why was the second refund not dropped? `oncegate explain {id2}`:\n")?;
+    out!("{}", crate::explain::render(store.as_ref(), &id2).await?)?;
 
-    println!("\n9. the report: received, applied, documented ignores and pending side by side\n");
+    outln!("\n9. the report: received, applied, documented ignores and pending side by side\n")?;
     let since = OffsetDateTime::now_utc() - time::Duration::days(1);
     let report = crate::report::render(store.as_ref(), since).await?;
-    print!("{report}");
+    out!("{report}")?;
 
     let _ = stop.send(());
     server.await.context("the service task")??;

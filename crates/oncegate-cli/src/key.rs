@@ -57,53 +57,53 @@ pub fn run(
         .map(|(_, v)| v.as_str());
     let transport = identity::transport_key(origin, delivery_id, &body);
     let id = identity::identify(t, origin, &doc, &salt);
-    println!(
+    outln!(
         "provider:   {provider}  env: {env}  tenant: {tenant}  type: {type_name} ({})",
         t.criticality.as_str()
-    );
-    println!(
+    )?;
+    outln!(
         "transport:  {} ({}, {})",
         transport.key,
         if transport.strong { "strong" } else { "weak" },
         transport.source
-    );
+    )?;
     for s in &id.skipped {
-        println!("skipped:    {} ({}): {}", s.strategy, s.level, s.why);
+        outln!("skipped:    {} ({}): {}", s.strategy, s.level, s.why)?;
     }
     let code = match &id.effect {
         Some(k) => {
-            println!(
+            outln!(
                 "strategy:   {}@{} level {} confidence {}",
                 k.strategy,
                 k.version,
                 k.level,
                 k.confidence.as_str()
-            );
-            println!("scope:      {}", k.scope);
-            println!("key:        {}", k.key);
+            )?;
+            outln!("scope:      {}", k.scope)?;
+            outln!("key:        {}", k.key)?;
             for f in &k.fields {
                 let at = if f.pointer.is_empty() {
                     "(canonical body)"
                 } else {
                     f.pointer.as_str()
                 };
-                println!("field:      {at} = {}", f.shown);
+                outln!("field:      {at} = {}", f.shown)?;
             }
             ExitCode::SUCCESS
         }
         None => {
-            println!("key:        none: no strategy applies; the service would answer `reconcile` on a critical type");
+            outln!("key:        none: no strategy applies; the service would answer `reconcile` on a critical type")?;
             ExitCode::from(1)
         }
     };
     for (field, value) in &id.discriminants {
-        println!(
+        outln!(
             "discriminant: {field} = {}",
             value.as_deref().unwrap_or("(absent)")
-        );
+        )?;
     }
     for n in &id.notes {
-        println!("note:       {n}");
+        outln!("note:       {n}")?;
     }
     Ok(code)
 }

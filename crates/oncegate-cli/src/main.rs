@@ -1,5 +1,9 @@
 //! The `oncegate` command: thin glue between the command line and the library crates.
 
+// First, so its `out!`/`outln!`/`errln!` macros are in scope in every module after it.
+#[macro_use]
+mod output;
+
 mod breaker;
 mod canon;
 mod check;
@@ -57,8 +61,22 @@ enum Command {
         /// Reservation lease (overrides the contract's `settings.lease`).
         #[arg(long, value_parser = duration)]
         lease: Option<Duration>,
+        /// Longest a request may take before it is answered 503 (retry later).
         #[arg(long, value_parser = duration, default_value = "10s")]
         request_timeout: Duration,
+        /// Longest a client may take to send a request head; past it the connection is closed.
+        #[arg(long, value_parser = duration, default_value = "30s")]
+        header_timeout: Duration,
+        /// Longest a request body may take to arrive (answered 408, a delivery journaled as
+        /// refused); must be shorter than --request-timeout.
+        #[arg(long, value_parser = duration, default_value = "5s")]
+        body_timeout: Duration,
+        /// How long a kept-alive connection may wait for its next request before it is closed.
+        #[arg(long, value_parser = duration, default_value = "75s")]
+        idle_timeout: Duration,
+        /// An extra CA certificate file (PEM) every authority's HTTPS connection trusts.
+        #[arg(long, env = "ONCEGATE_CA_FILE")]
+        ca_file: Option<PathBuf>,
         /// Serve `/metrics` without a bearer token.
         #[arg(long)]
         metrics_public: bool,
@@ -188,6 +206,10 @@ fn main() -> ExitCode {
             listen,
             lease,
             request_timeout,
+            header_timeout,
+            body_timeout,
+            idle_timeout,
+            ca_file,
             metrics_public,
             log_json,
             purge_every,
@@ -206,6 +228,10 @@ fn main() -> ExitCode {
                         listen: &listen,
                         lease,
                         request_timeout,
+                        header_timeout,
+                        body_timeout,
+                        idle_timeout,
+                        ca_file: ca_file.as_deref(),
                         metrics_public,
                         purge_every: (!no_purge).then_some(purge_every),
                         breaker_window,
@@ -220,7 +246,7 @@ fn main() -> ExitCode {
             let salt = salt::read()?;
             runtime()?.block_on(async {
                 let store = oncegate_store::open(&store).await?;
-                print!("{}", migrate::run(store.as_ref(), &contract, salt).await?);
+                out!("{}", migrate::run(store.as_ref(), &contract, salt).await?)?;
                 Ok(ExitCode::SUCCESS)
             })
         }),
@@ -236,7 +262,7 @@ fn main() -> ExitCode {
             .and_then(|rt| {
                 rt.block_on(async {
                     let store = oncegate_store::open(&store).await?;
-                    print!("{}", explain::render(store.as_ref(), &delivery_id).await?);
+                    out!("{}", explain::render(store.as_ref(), &delivery_id).await?)?;
                     Ok(())
                 })
             })
@@ -253,7 +279,7 @@ fn main() -> ExitCode {
                         None => time::OffsetDateTime::now_utc() - time::Duration::days(1),
                     };
                     let store = oncegate_store::open(&store).await?;
-                    print!("{}", report::render(store.as_ref(), since).await?);
+                    out!("{}", report::render(store.as_ref(), since).await?)?;
                     Ok(())
                 })
             })
@@ -261,8 +287,10 @@ fn main() -> ExitCode {
     };
     match outcome {
         Ok(code) => code,
+        // Its reader went away (`| head`): nothing is wrong to report, and nowhere to say it.
+        Err(e) if output::is_stdout_closed(&e) => ExitCode::from(output::CLOSED_PIPE_EXIT),
         Err(e) => {
-            eprintln!("oncegate: {e:#}");
+            errln!("oncegate: {e:#}");
             ExitCode::from(2)
         }
     }

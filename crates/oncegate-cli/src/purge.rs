@@ -84,7 +84,7 @@ pub fn main(args: PurgeArgs) -> Result<()> {
     crate::runtime()?.block_on(async {
         let url = crate::serve::store_url(args.store.as_deref(), Some(&contract));
         let store = oncegate_store::open(&url).await?;
-        print!("{}", run(store.as_ref(), &contract, args.dry_run).await?);
+        out!("{}", run(store.as_ref(), &contract, args.dry_run).await?)?;
         Ok(())
     })
 }

@@ -399,7 +399,7 @@ pub fn main(command: QueueCommand) -> Result<()> {
                 .await?
             }
         };
-        print!("{out}");
+        out!("{out}")?;
         Ok(())
     })
 }

@@ -22,6 +22,18 @@ pub struct ReconcileArgs {
         default_value = "examples/oncegate.toml"
     )]
     contract: std::path::PathBuf,
+    /// An extra CA certificate file (PEM) every authority's HTTPS connection trusts.
+    #[arg(long, env = "ONCEGATE_CA_FILE")]
+    ca_file: Option<std::path::PathBuf>,
+}
+
+/// Refuses to start when a CA file the authorities need cannot be used, before the store is
+/// opened: the error names the file.
+pub fn check_authorities(
+    contract: &oncegate_core::contract::Contract,
+    ca_file: Option<&std::path::Path>,
+) -> Result<()> {
+    Ok(oncegate_server::check_authorities(contract, ca_file)?)
 }
 
 pub fn main(args: ReconcileArgs) -> Result<()> {
@@ -29,6 +41,7 @@ pub fn main(args: ReconcileArgs) -> Result<()> {
         bail!("only `oncegate reconcile --once` exists: the continuous reconciler runs inside `oncegate serve`");
     }
     let contract = Arc::new(crate::contract::load(&args.contract)?);
+    check_authorities(&contract, args.ca_file.as_deref())?;
     // Sensitive discriminants are compared as keyed hashes, so the authority's values must be
     // hashed under the service's salt to match.
     let Some(salt) = crate::salt::read()? else {
@@ -37,9 +50,10 @@ pub fn main(args: ReconcileArgs) -> Result<()> {
     crate::runtime()?.block_on(async {
         let url = crate::serve::store_url(args.store.as_deref(), Some(&contract));
         let store = oncegate_store::open(&url).await?;
-        let config = ServiceConfig::new(contract.clone(), store, salt);
+        let mut config = ServiceConfig::new(contract.clone(), store, salt);
+        config.ca_file = args.ca_file.clone();
         let report = reconcile_once(&config).await?;
-        print!("{}", render(&report));
+        out!("{}", render(&report))?;
         Ok(())
     })
 }

@@ -68,10 +68,10 @@ pub fn main(args: ReplayArgs) -> Result<()> {
     };
     crate::runtime()?.block_on(async {
         let store = oncegate_store::open(&args.store).await?;
-        print!(
+        out!(
             "{}",
             run(store.as_ref(), &contract, &salt, &args.delivery_id).await?
-        );
+        )?;
         Ok(())
     })
 }

@@ -13,6 +13,11 @@ pub struct Options<'a> {
     pub listen: &'a str,
     pub lease: Option<Duration>,
     pub request_timeout: Duration,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub idle_timeout: Duration,
+    /// `--ca-file` / `ONCEGATE_CA_FILE`.
+    pub ca_file: Option<&'a Path>,
     pub metrics_public: bool,
     /// The background purge's period; `None` runs none.
     pub purge_every: Option<Duration>,
@@ -47,6 +52,24 @@ fn tokens() -> Result<Vec<ApiToken>> {
 }
 
 pub async fn run(o: Options<'_>) -> Result<()> {
+    // Past the request timeout a slow body would be answered 503 ("retry"), not 408: refuse a
+    // body deadline that could never bite.
+    if o.body_timeout >= o.request_timeout {
+        bail!(
+            "--body-timeout ({}) must be shorter than --request-timeout ({})",
+            humantime::format_duration(o.body_timeout),
+            humantime::format_duration(o.request_timeout)
+        );
+    }
+    for (flag, d) in [
+        ("--header-timeout", o.header_timeout),
+        ("--body-timeout", o.body_timeout),
+        ("--idle-timeout", o.idle_timeout),
+    ] {
+        if d.is_zero() {
+            bail!("{flag} must be above zero");
+        }
+    }
     let mut contract = crate::contract::load(o.contract)?;
     if let Some(bytes) = o.max_body_bytes {
         if bytes == 0 {
@@ -65,6 +88,7 @@ pub async fn run(o: Options<'_>) -> Result<()> {
     let Some(salt) = crate::salt::read()? else {
         bail!("set ONCEGATE_KEY_SALT (or ONCEGATE_KEY_SALT_FILE) to a long random secret: sensitive fields and reservation tokens are keyed by it, and every instance sharing a store must use the same one");
     };
+    crate::reconcile::check_authorities(&contract, o.ca_file)?;
     let url = store_url(o.store, Some(&contract));
     let store = oncegate_store::open(&url)
         .await
@@ -95,6 +119,10 @@ pub async fn run(o: Options<'_>) -> Result<()> {
     config.secrets = secrets;
     config.lease = o.lease;
     config.request_timeout = o.request_timeout;
+    config.header_timeout = o.header_timeout;
+    config.body_timeout = o.body_timeout;
+    config.idle_timeout = o.idle_timeout;
+    config.ca_file = o.ca_file.map(Path::to_owned);
     config.metrics_public = o.metrics_public;
     config.purge_every = o.purge_every;
     config.breaker_window = o.breaker_window;

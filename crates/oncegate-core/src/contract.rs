@@ -209,6 +209,10 @@ pub struct Authority {
     /// listed at the authority periodically and operations with no local effect reported.
     /// Off (`None`) unless the contract asks for it.
     pub sweep_window: Option<Duration>,
+    /// A PEM file of extra CA certificates this authority's HTTPS connection trusts beside
+    /// the system's roots (a provider's private CA). Only the path is recorded here: the core
+    /// reads no file, the server loads it at start-up and refuses to start when it cannot.
+    pub ca_file: Option<String>,
 }
 
 /// A validated event type.
@@ -436,6 +440,7 @@ struct RawAuthority {
     #[serde(default)]
     fields: BTreeMap<String, String>,
     sweep_window: Option<String>,
+    ca_file: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -1204,6 +1209,30 @@ fn same_definition(a: &Strategy, b: &Strategy) -> bool {
     a.level == b.level && a.fields == b.fields && a.confidence == b.confidence && a.scope == b.scope
 }
 
+/// Whether the host of a URL (given without its scheme) is a loopback address: 127.0.0.0/8,
+/// `::1` or `localhost` (RFC 6761 keeps `localhost` and its subdomains on the machine itself).
+/// Pure text: no name is resolved.
+fn is_loopback(after_scheme: &str) -> bool {
+    let authority = after_scheme
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default();
+    // Userinfo (`user:pass@`) comes before the host.
+    let host_port = authority.rsplit('@').next().unwrap_or_default();
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host_port.split(':').next().unwrap_or_default(),
+    };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    if host == "localhost" || host.ends_with(".localhost") {
+        return true;
+    }
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => false,
+    }
+}
+
 fn authority(
     c: &mut Checker<'_>,
     at: At<'_>,
@@ -1232,6 +1261,31 @@ fn authority(
     }
     if !(raw.url.starts_with("http://") || raw.url.starts_with("https://")) {
         c.error(at, "authority.url", "must be an http:// or https:// URL");
+    }
+    if let Some(rest) = raw.url.strip_prefix("http://") {
+        if !is_loopback(rest) {
+            c.warnings.push(format!(
+                "{}:{}: provider {:?}, type {:?}: the authority {} is plain http:// on a host that is not loopback: its answers and its auth header travel unencrypted and unauthenticated; use https://",
+                c.file,
+                at.line.unwrap_or(0),
+                at.provider.unwrap_or(""),
+                at.event_type.unwrap_or(""),
+                raw.url
+            ));
+        }
+    }
+    match raw.ca_file.as_deref() {
+        Some("") => c.error(
+            at,
+            "authority.ca_file",
+            "must name a PEM file of CA certificates",
+        ),
+        // A CA for a plain-HTTP authority would never be used: the contract says something
+        // it does not mean.
+        Some(_) if !raw.url.starts_with("https://") => {
+            c.error(at, "authority.ca_file", "is only used for an https:// URL")
+        }
+        _ => {}
     }
     let auth_secret = match (&raw.auth_header, raw.auth_secret_env, raw.auth_secret_file) {
         (None, None, None) => None,
@@ -1275,5 +1329,6 @@ fn authority(
         reference: reference?,
         fields,
         sweep_window,
+        ca_file: raw.ca_file,
     })
 }

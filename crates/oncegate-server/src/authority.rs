@@ -5,15 +5,22 @@
 //! has a timeout, a few attempts with exponential backoff, and every authority has a circuit:
 //! after repeated failures it is not asked again until a cool-down passed, so a dead API is
 //! not hammered by every queue item in turn.
+//!
+//! `https://` authorities are reached through rustls, trusting the system's roots plus the
+//! extra CAs of [`crate::trust`] (`ONCEGATE_CA_FILE`, an authority's `ca_file`), all read when
+//! the client is built, so a bad CA file stops the start, not a later reconciliation.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use oncegate_core::contract::{Authority, EventType, SecretSource};
+use oncegate_core::contract::{Authority, Contract, EventType, SecretSource};
 use oncegate_core::json::{self, Limits, Value};
 use oncegate_core::pointer::Pointer;
 use oncegate_core::reconcile::{self, AnswerError, AuthorityOperation};
+
+use crate::trust::{self, CaFile, TrustError};
 
 /// How the adapter treats authorities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,9 +94,13 @@ struct Circuit {
     open_until: Option<Instant>,
 }
 
-/// The HTTP client and the circuits of every authority, shared by the reconciler's runs.
+/// The HTTP clients and the circuits of every authority, shared by the reconciler's runs.
 pub struct AuthorityClient {
+    /// The client of the authorities that name no `ca_file`.
     http: reqwest::Client,
+    /// One client per `ca_file` named by the contract's authorities (it also trusts
+    /// `ONCEGATE_CA_FILE`'s CA).
+    with_ca: HashMap<String, reqwest::Client>,
     policy: AuthorityPolicy,
     circuits: Mutex<HashMap<String, Circuit>>,
 }
@@ -103,18 +114,60 @@ impl std::fmt::Debug for AuthorityClient {
 }
 
 impl AuthorityClient {
-    pub fn new(policy: AuthorityPolicy) -> AuthorityClient {
-        let http = reqwest::Client::builder()
-            .timeout(policy.timeout)
-            .connect_timeout(policy.timeout)
-            .build()
-            // Building fails only without a TLS backend or a resolver, neither of which the
-            // plain-HTTP default client needs; fall back to the default client then.
-            .unwrap_or_default();
-        AuthorityClient {
+    /// Builds the clients for the contract's authorities: each trusts the system's roots, the
+    /// CA in `ca_file` (every authority: `ONCEGATE_CA_FILE` in the CLI) and its own `ca_file`.
+    /// Every CA file is read here; one that cannot be used is an error naming it.
+    pub fn new(
+        policy: AuthorityPolicy,
+        contract: &Contract,
+        ca_file: Option<&Path>,
+    ) -> Result<AuthorityClient, TrustError> {
+        let shared = match ca_file {
+            Some(path) => trust::read(&CaFile {
+                path: path.to_owned(),
+                origin: "ONCEGATE_CA_FILE".to_owned(),
+            })?,
+            None => Vec::new(),
+        };
+        let http = trust::client(policy.timeout, &shared)?;
+        let mut with_ca = HashMap::new();
+        for provider in contract.providers.values() {
+            for t in provider.types.values() {
+                let Some(own) = t.authority.as_ref().and_then(|a| a.ca_file.as_ref()) else {
+                    continue;
+                };
+                if with_ca.contains_key(own) {
+                    continue;
+                }
+                // A relative path is read from the working directory, like `auth_secret_file`.
+                let mut certs = trust::read(&CaFile {
+                    path: PathBuf::from(own),
+                    origin: format!("the authority of {}/{}", provider.name, t.name),
+                })?;
+                certs.extend(shared.iter().cloned());
+                with_ca.insert(own.clone(), trust::client(policy.timeout, &certs)?);
+            }
+        }
+        Ok(AuthorityClient {
             http,
+            with_ca,
             policy,
             circuits: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The client that trusts what `authority` asks for.
+    fn http_for(&self, authority: &Authority) -> Result<&reqwest::Client, AuthorityError> {
+        match &authority.ca_file {
+            None => Ok(&self.http),
+            // Never fall back to the system's roots alone: the contract asked for this CA.
+            Some(file) => self
+                .with_ca
+                .get(file)
+                .ok_or_else(|| AuthorityError::Transport {
+                    authority: authority.url.clone(),
+                    cause: format!("its CA file {file} was not loaded when the client was built"),
+                }),
         }
     }
 
@@ -138,10 +191,11 @@ impl AuthorityClient {
             (Some(header), Some(source)) => Some((header.clone(), read_secret(source)?)),
             _ => None,
         };
+        let http = self.http_for(authority)?;
         let mut wait = self.policy.backoff;
         let mut last = None;
         for attempt in 1..=self.policy.attempts.max(1) {
-            match self.ask(&name, &url, secret.as_ref()).await {
+            match self.ask(http, &name, &url, secret.as_ref()).await {
                 Ok(doc) => {
                     self.succeeded(&name);
                     let operations = reconcile::operations(t, authority, &doc, salt)?;
@@ -175,11 +229,12 @@ impl AuthorityClient {
 
     async fn ask(
         &self,
+        http: &reqwest::Client,
         name: &str,
         url: &str,
         secret: Option<&(String, String)>,
     ) -> Result<Value, AuthorityError> {
-        let mut request = self.http.get(url).header("accept", "application/json");
+        let mut request = http.get(url).header("accept", "application/json");
         if let Some((header, value)) = secret {
             request = request.header(header.as_str(), value.as_str());
         }
@@ -236,6 +291,9 @@ impl AuthorityClient {
 
 /// A short cause without the URL (reqwest includes it, and a URL may carry an account id).
 fn transport_cause(e: &reqwest::Error) -> String {
+    if let Some(tls) = tls_cause(e) {
+        return tls;
+    }
     if e.is_timeout() {
         "timed out".to_owned()
     } else if e.is_connect() {
@@ -243,6 +301,33 @@ fn transport_cause(e: &reqwest::Error) -> String {
     } else {
         "the request failed".to_owned()
     }
+}
+
+/// The TLS failure inside a transport error, in words an operator can act on. rustls' error
+/// travels inside `io::Error`s (nested, by hyper-util and tokio-rustls), whose `source()` skips
+/// what they wrap, so each link is also unwrapped with `get_ref`.
+fn tls_cause(e: &reqwest::Error) -> Option<String> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        let mut inner = Some(err);
+        while let Some(candidate) = inner {
+            match candidate.downcast_ref::<rustls::Error>() {
+                Some(rustls::Error::InvalidCertificate(why)) => {
+                    return Some(format!(
+                        "its TLS certificate was refused ({why:?}); if a private CA signs it, name that CA with the authority's `ca_file` or ONCEGATE_CA_FILE"
+                    ))
+                }
+                Some(other) => return Some(format!("the TLS handshake failed ({other})")),
+                None => {}
+            }
+            inner = candidate
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .map(|i| i as &(dyn std::error::Error + 'static));
+        }
+        next = err.source();
+    }
+    None
 }
 
 fn read_secret(source: &SecretSource) -> Result<String, AuthorityError> {

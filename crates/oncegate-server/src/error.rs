@@ -60,6 +60,19 @@ impl ApiError {
         )
     }
 
+    /// A request body still arriving past its deadline. Permanent for this request (the same
+    /// sender would be as slow again), so a 408, not a 503.
+    pub(crate) fn body_timeout(late: crate::deadline::BodyTimedOut) -> Self {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!(
+                "{}; the connection is closed.",
+                capitalized(&late.to_string())
+            ),
+        )
+    }
+
     /// A 500 with a new correlation id, which the caller logs with the cause.
     fn internal() -> Self {
         let id = format!("err_{}", ulid::Ulid::new().to_string().to_lowercase());
@@ -71,6 +84,14 @@ impl ApiError {
                 format!("The service failed to answer; the cause is in its log under {id}. Retrying will not help until it is fixed."),
             )
         }
+    }
+}
+
+fn capitalized(s: &str) -> String {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(c) => c.to_uppercase().chain(chars).collect(),
+        None => String::new(),
     }
 }
 

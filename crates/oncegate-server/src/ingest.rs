@@ -32,6 +32,7 @@ use time::OffsetDateTime;
 
 use crate::auth::{Caller, Role};
 use crate::breaker;
+use crate::deadline::{self, BodyTimedOut};
 use crate::error::ApiError;
 use crate::metrics::DeliveryLabels;
 use crate::shadow;
@@ -68,6 +69,8 @@ struct RawBody {
     over_limit: bool,
     /// The body could not be read to its end (the client hung up, a broken chunk).
     broken: bool,
+    /// The body was still arriving at its deadline.
+    late: Option<BodyTimedOut>,
 }
 
 async fn read_body(body: Body, max: usize) -> RawBody {
@@ -78,10 +81,15 @@ async fn read_body(body: Body, max: usize) -> RawBody {
     let mut size = 0u64;
     let mut over_limit = false;
     let mut broken = false;
+    let mut late = None;
     while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else {
-            broken = true;
-            break;
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(e) => {
+                late = deadline::timed_out(&e);
+                broken = true;
+                break;
+            }
         };
         let Ok(data) = frame.into_data() else {
             continue;
@@ -106,6 +114,7 @@ async fn read_body(body: Body, max: usize) -> RawBody {
         sha256: hex::encode(hasher.finalize()),
         over_limit,
         broken,
+        late,
     }
 }
 
@@ -238,6 +247,21 @@ fn capitalized(fragment: &str) -> String {
 
 async fn ingest(state: &AppState, r: Reception) -> Result<DecisionBody, ApiError> {
     let provider = state.contract.provider(&r.provider);
+    // A body cut at its deadline is refused like one cut by its sender (journaled with the
+    // size and hash of what arrived), under its own code and a 408.
+    if let Some(late) = r.body.late {
+        return refuse(
+            state,
+            &r,
+            None,
+            Refusal::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                late.to_string(),
+            ),
+        )
+        .await;
+    }
     if r.body.broken {
         return refuse(
             state,

@@ -9,7 +9,7 @@
 //!
 //! | route | who | answers |
 //! |---|---|---|
-//! | `POST /v1/deliveries/{tenant}/{provider}/{env}` | provider signature, or bearer `ingest`/`admin` | 200 decision; 400 malformed; 401 bad signature/token; 403 role; 413 too large; 503 store down or timeout |
+//! | `POST /v1/deliveries/{tenant}/{provider}/{env}` | provider signature, or bearer `ingest`/`admin` | 200 decision; 400 malformed; 401 bad signature/token; 403 role; 408 body too slow; 413 too large; 503 store down or timeout |
 //! | `POST /v1/effects/{effect_id}/complete` · `/fail` · `/heartbeat` | bearer `ingest`/`admin` + reservation token | 200; 400 invalid token or body; 404 unknown/other tenant; 409 stale token or lost lease |
 //! | `GET /v1/deliveries/{delivery_id}[?payload=true]` | bearer `operator`/`admin` (payload: `admin`) | 200 proof; 403; 404 |
 //! | `GET /v1/queue?kind=&status=` | bearer `operator`/`admin` | 200 `{items}`; 400 |
@@ -22,11 +22,13 @@
 //! | `GET /metrics` | open, or bearer `operator`/`admin` | 200 Prometheus text |
 //! | `GET /healthz` · `GET /readyz` | anyone | 200; `/readyz` 503 when the store does not answer |
 //!
-//! Every error is `{"error":{"code","message"}}`. Everything the service needs comes in through the
+//! Every error is `{"error":{"code","message"}}`; a request body that does not arrive within
+//! `body_timeout` is answered `408 body_timeout` (a delivery's is journaled as refused). Everything the service needs comes in through the
 //! config (the contract, the store, the salt, tokens, provider secrets, the clock), so tests and
 //! the CLI drive the very same code.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +39,8 @@ use time::OffsetDateTime;
 mod auth;
 mod authority;
 mod breaker;
+mod connection;
+mod deadline;
 mod error;
 mod ingest;
 mod logging;
@@ -50,6 +54,7 @@ mod secrets;
 mod shadow;
 mod signature;
 mod state;
+mod trust;
 mod wire;
 
 pub use auth::{ApiToken, Role};
@@ -61,6 +66,7 @@ pub use reconciler::{
 };
 pub use secrets::ProviderSecrets;
 pub use signature::{sign_hmac, sign_standard_webhooks, SignatureError};
+pub use trust::TrustError;
 
 /// Where the service reads the time. Tests inject a fixed or stepped clock; production uses
 /// [`system_clock`].
@@ -90,6 +96,21 @@ pub struct ServiceConfig {
     /// How long one request may take before it is answered `503 timeout`. A decision already
     /// under way still finishes and is recorded; the provider's retry then finds it.
     pub request_timeout: Duration,
+    /// How long a connection may take to send a request head, counted from its first byte (or
+    /// from the accept, for a new connection); past it the connection is closed. This is what
+    /// stops a client that trickles its head (slowloris) from holding a connection.
+    pub header_timeout: Duration,
+    /// How long a request body may take to arrive, counted from the end of its head; past it
+    /// the request is answered `408 body_timeout` and the connection closed. It only bites
+    /// when shorter than `request_timeout`, whose `503` would otherwise come first.
+    pub body_timeout: Duration,
+    /// How long a keep-alive connection may wait, after an answer, for its next request to
+    /// start before it is closed.
+    pub idle_timeout: Duration,
+    /// An extra CA certificate file (PEM) every authority's HTTPS connection trusts beside the
+    /// system's roots; the CLI reads it from `ONCEGATE_CA_FILE`. An authority's own `ca_file`
+    /// adds to it.
+    pub ca_file: Option<PathBuf>,
     /// Overrides the contract's `settings.lease` for `process` reservations.
     pub lease: Option<Duration>,
     /// How far back a strategy's key matches count for its collision breaker (default 24 h).
@@ -107,8 +128,9 @@ pub struct ServiceConfig {
 }
 
 impl ServiceConfig {
-    /// A config with no tokens, no secrets, private metrics, a 10-second request timeout, the
-    /// contract's lease and the system clock.
+    /// A config with no tokens, no secrets, private metrics, a 10-second request timeout
+    /// (30 s for a head, 5 s for a body, 75 s idle), no extra CA, the contract's lease and the
+    /// system clock.
     pub fn new(contract: Arc<Contract>, store: Arc<dyn Store>, salt: Vec<u8>) -> Self {
         ServiceConfig {
             contract,
@@ -118,6 +140,10 @@ impl ServiceConfig {
             secrets: ProviderSecrets::default(),
             metrics_public: false,
             request_timeout: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(75),
+            ca_file: None,
             lease: None,
             breaker_window: Duration::from_secs(24 * 3600),
             purge_every: Some(Duration::from_secs(3600)),
@@ -139,6 +165,10 @@ impl std::fmt::Debug for ServiceConfig {
             .field("secrets", &self.secrets)
             .field("metrics_public", &self.metrics_public)
             .field("request_timeout", &self.request_timeout)
+            .field("header_timeout", &self.header_timeout)
+            .field("body_timeout", &self.body_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("ca_file", &self.ca_file)
             .field("lease", &self.lease)
             .field("breaker_window", &self.breaker_window)
             .field("purge_every", &self.purge_every)
@@ -153,8 +183,35 @@ pub fn router(config: ServiceConfig) -> axum::Router {
     routes::router(state::AppState::new(config))
 }
 
+/// Reads every CA file the authorities of `contract` need (`ca_file`, the CA of every
+/// authority, and each authority's own `ca_file`) and builds their HTTPS clients, as [`serve`]
+/// and [`reconcile_once`] do before anything else, so a caller can refuse to start before it
+/// opens anything.
+///
+/// ```
+/// let contract = oncegate_core::contract::parse(
+///     "oncegate.toml",
+///     include_str!("../../../examples/oncegate.toml"),
+/// )
+/// .unwrap();
+/// assert!(oncegate_server::check_authorities(&contract, None).is_ok());
+/// let missing = std::path::Path::new("/nonexistent/provider-ca.pem");
+/// let e = oncegate_server::check_authorities(&contract, Some(missing)).unwrap_err();
+/// assert!(e.to_string().contains("/nonexistent/provider-ca.pem"));
+/// ```
+pub fn check_authorities(
+    contract: &Contract,
+    ca_file: Option<&std::path::Path>,
+) -> Result<(), TrustError> {
+    authority::AuthorityClient::new(AuthorityPolicy::default(), contract, ca_file).map(drop)
+}
+
 /// Serves the API on `listener` until `shutdown` resolves, then stops accepting connections and
 /// lets in-flight requests finish (a decision under way is always completed and recorded).
+///
+/// Connections are HTTP/1.1 with three deadlines from the config: the request head
+/// (`header_timeout`), the request body (`body_timeout`) and the wait for the next request on
+/// a kept-alive connection (`idle_timeout`).
 ///
 /// Beside the HTTP server it runs a small upkeep loop: leases that passed are turned into
 /// `unknown` with a "verify before retry" item (critical) or released for takeover
@@ -162,28 +219,43 @@ pub fn router(config: ServiceConfig) -> axum::Router {
 /// are recorded as rejected once it is back. It also runs the reconciler
 /// (`config.reconciler.every`, default 30 s): open reconcile items are checked against their
 /// type's authority, see [`reconcile_once`].
+///
+/// A CA file that cannot be used (see [`check_authorities`]) is an `InvalidInput` error before
+/// anything is served.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: ServiceConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let authorities = authority::AuthorityClient::new(
+        config.reconciler.authority,
+        &config.contract,
+        config.ca_file.as_deref(),
+    )
+    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let reconciler_settings = config.reconciler;
+    let deadlines = connection::Deadlines {
+        header: config.header_timeout,
+        idle: config.idle_timeout,
+    };
     let state = state::AppState::new(config);
     let upkeep = tokio::spawn(state::upkeep(state.clone()));
     // Reconciliation runs beside the server, never inside a delivery post: an authority that
     // is slow or down delays only the queue.
-    let reconciler = tokio::spawn(reconciler::run_forever(state.clone(), reconciler_settings));
+    let reconciler = tokio::spawn(reconciler::run_forever(
+        state.clone(),
+        reconciler_settings,
+        authorities,
+    ));
     let purge = state
         .purge_every
         .map(|every| tokio::spawn(purge::run(state.clone(), every)));
     let app = routes::router(state);
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    connection::serve(listener, app, deadlines, shutdown).await;
     upkeep.abort();
     reconciler.abort();
     if let Some(purge) = purge {
         purge.abort();
     }
-    result
+    Ok(())
 }

@@ -2,8 +2,13 @@
 //! asked (`ONCEGATE_LOG=json` in the CLI). The level filter comes from `RUST_LOG`, `info` when
 //! unset.
 //!
+//! Lines are written to standard output, in colour only when it is a terminal (and `NO_COLOR`
+//! is unset): a log file or a pipe gets plain text, never ANSI escapes.
+//!
 //! What is logged is chosen where it is logged: decisions carry ids, scope, strategy and action,
 //! never a body, a header value, a secret or a sensitive field's value.
+
+use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
@@ -11,7 +16,12 @@ use tracing_subscriber::EnvFilter;
 /// that already installed one) leaves the first in place.
 pub fn init_logging(json: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // `no-color.org`: any non-empty NO_COLOR turns colour off even on a terminal.
+    let colour = std::io::stdout().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stdout)
+        .with_ansi(colour)
         .with_env_filter(filter)
         .with_target(false);
     let _ = if json {

@@ -45,6 +45,7 @@ use time::OffsetDateTime;
 
 use crate::authority::{AuthorityClient, AuthorityPolicy, UrlContext};
 use crate::state::AppState;
+use crate::trust::TrustError;
 use crate::ServiceConfig;
 
 /// Who the resolutions are recorded as.
@@ -78,6 +79,8 @@ impl Default for ReconcilerSettings {
 pub enum ReconcileError {
     #[error("the store is unavailable: {0}")]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Trust(#[from] TrustError),
 }
 
 /// What a run did with one queue item.
@@ -178,7 +181,11 @@ struct Run<'a> {
 /// One reconciliation pass over the open items, then the invisible-losses sweep, with the
 /// config's contract, store, salt and clock: what `oncegate reconcile --once` runs.
 pub async fn reconcile_once(config: &ServiceConfig) -> Result<RunReport, ReconcileError> {
-    let client = AuthorityClient::new(config.reconciler.authority);
+    let client = AuthorityClient::new(
+        config.reconciler.authority,
+        &config.contract,
+        config.ca_file.as_deref(),
+    )?;
     let run = Run {
         contract: &config.contract,
         store: config.store.as_ref(),
@@ -195,9 +202,12 @@ pub async fn reconcile_once(config: &ServiceConfig) -> Result<RunReport, Reconci
 /// The worker `serve` runs: a pass every `every`, a sweep every `sweep_every`. Several
 /// instances may run it at once: resolving an item twice is refused by the store, so the
 /// second instance's attempt on an item just settled is a harmless conflict.
-pub(crate) async fn run_forever(state: AppState, settings: ReconcilerSettings) {
+pub(crate) async fn run_forever(
+    state: AppState,
+    settings: ReconcilerSettings,
+    client: AuthorityClient,
+) {
     let Some(every) = settings.every else { return };
-    let client = AuthorityClient::new(settings.authority);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_sweep: Option<std::time::Instant> = None;
@@ -354,7 +364,10 @@ impl Run<'_> {
         };
         let answer = match self.client.operations(t, authority, &ctx, self.salt).await {
             Ok(a) => a,
-            Err(e) => return self.keep_open(item, "error", e.to_string(), None).await,
+            Err(e) => {
+                tracing::warn!(queue_item = %item.id, delivery_id = %item.delivery, error = %e, "the authority could not be asked; the item stays open");
+                return self.keep_open(item, "error", e.to_string(), None).await;
+            }
         };
         let scope = ResourceScope {
             tenant: item.tenant.clone(),

@@ -206,7 +206,7 @@ pub fn run(command: CorpusCommand) -> Result<std::process::ExitCode> {
                     max_paths,
                 },
             )?;
-            print!("{out}");
+            out!("{out}")?;
             Ok(std::process::ExitCode::SUCCESS)
         }
         CorpusCommand::Export {
@@ -235,9 +235,9 @@ pub fn run(command: CorpusCommand) -> Result<std::process::ExitCode> {
             match out {
                 Some(path) => std::fs::write(&path, &exported.lines)
                     .with_context(|| format!("writing {}", path.display()))?,
-                None => print!("{}", exported.lines),
+                None => out!("{}", exported.lines)?,
             }
-            eprintln!(
+            errln!(
                 "exported {} deliveries{}",
                 exported.written,
                 if exported.without_payload > 0 {
@@ -260,7 +260,7 @@ pub fn run(command: CorpusCommand) -> Result<std::process::ExitCode> {
         } => {
             let corpus = read(&file)?;
             for (line, e) in &corpus.bad_lines {
-                eprintln!("line {line} skipped: {e}");
+                errln!("line {line} skipped: {e}");
             }
             let mut contracts = vec![(
                 contract.display().to_string(),
@@ -277,16 +277,16 @@ pub fn run(command: CorpusCommand) -> Result<std::process::ExitCode> {
                 Ok::<_, anyhow::Error>(out)
             })?;
             if json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::to_string_pretty(&replay::as_json(&replays))?
-                );
+                )?;
             } else {
-                print!("{}", replay::as_text(&replays));
+                out!("{}", replay::as_text(&replays))?;
             }
             let lost = replays[0].total.false_positives;
             if fail_on_loss && lost > 0 {
-                eprintln!("oncegate: {lost} false positive(s): this contract would silently drop distinct operations");
+                errln!("oncegate: {lost} false positive(s): this contract would silently drop distinct operations");
                 return Ok(std::process::ExitCode::from(1));
             }
             Ok(std::process::ExitCode::SUCCESS)

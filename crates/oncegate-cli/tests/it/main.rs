@@ -3,6 +3,7 @@
 mod corpus;
 mod migrate;
 mod operation_scope;
+mod pipes;
 mod reconcile;
 mod safety;
 mod serve;

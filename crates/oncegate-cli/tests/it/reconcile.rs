@@ -49,18 +49,24 @@ fn refund(sent_at: &str) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reconcile_once_releases_the_second_refund() {
-    let base = authority(
-        r#"{"refunds":[{"id":"re_A","amount":1500,"currency":"EUR"},{"id":"re_B","amount":1500,"currency":"EUR"}]}"#,
-    );
+/// A service (in-process, on a SQLite file the binary then opens too) that has queued the
+/// seed's second refund, its contract asking the authority at `base`.
+struct Queued {
+    dir: tempfile::TempDir,
+    db: std::path::PathBuf,
+    contract: std::path::PathBuf,
+    second: String,
+    service: String,
+    http: reqwest::Client,
+}
+
+async fn queue_second_refund(base: &str) -> Queued {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("reconcile.db");
     let contract_path = dir.path().join("oncegate.toml");
-    let text = CONTRACT.replace("http://127.0.0.1:8089", &base);
+    let text = CONTRACT.replace("http://127.0.0.1:8089", base);
     std::fs::write(&contract_path, &text).unwrap();
 
-    // The service queues the second refund (the in-process service shares the SQLite file).
     let contract = Arc::new(oncegate_core::contract::parse("oncegate.toml", &text).unwrap());
     let store = oncegate_store::open(db.to_str().unwrap()).await.unwrap();
     let mut config = ServiceConfig::new(contract, store, SALT.as_bytes().to_vec());
@@ -105,46 +111,74 @@ async fn reconcile_once_releases_the_second_refund() {
         .await
         .unwrap();
     assert_eq!(second["action"], "reconcile", "{second}");
-    let second_id = second["delivery_id"].as_str().unwrap().to_owned();
+    let second = second["delivery_id"].as_str().unwrap().to_owned();
+    Queued {
+        dir,
+        db,
+        contract: contract_path,
+        second,
+        service,
+        http,
+    }
+}
 
-    let run = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_oncegate"))
-            .arg("reconcile")
+impl Queued {
+    /// Runs `oncegate reconcile` with `extra` arguments and environment.
+    fn run(&self, extra: &[&str], env: &[(&str, &std::path::Path)]) -> std::process::Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_oncegate"));
+        cmd.arg("reconcile")
             .args(extra)
-            .args(["--store", db.to_str().unwrap()])
-            .args(["--contract", contract_path.to_str().unwrap()])
+            .args(["--store", self.db.to_str().unwrap()])
+            .args(["--contract", self.contract.to_str().unwrap()])
             .env("ONCEGATE_KEY_SALT", SALT)
             .env("PAYFLOW_API_TOKEN", API_TOKEN)
-            .output()
-            .unwrap()
-    };
-    let refused = run(&[]);
+            .env_remove("ONCEGATE_CA_FILE");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    }
+
+    /// The `reconcile --once` line of the queued delivery.
+    fn line(&self, out: &std::process::Output) -> String {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+            .lines()
+            .find(|l| l.starts_with(&self.second))
+            .unwrap_or_else(|| panic!("no line for {}: {stdout}", self.second))
+            .to_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_once_releases_the_second_refund() {
+    let base = authority(
+        r#"{"refunds":[{"id":"re_A","amount":1500,"currency":"EUR"},{"id":"re_B","amount":1500,"currency":"EUR"}]}"#,
+    );
+    let q = queue_second_refund(&base).await;
+    let refused = q.run(&[], &[]);
     assert_eq!(refused.status.code(), Some(2), "only --once exists");
 
-    let out = run(&["--once"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with(&second_id))
-        .unwrap_or_else(|| panic!("no line for {second_id}: {stdout}"));
+    let line = q.line(&q.run(&["--once"], &[]));
     assert!(line.contains(" distinct "), "{line}");
     assert!(line.contains("ref=re_B"), "{line}");
 
     // The item is resolved by the reconciler: a second run has nothing left to do.
-    let out = run(&["--once"]);
+    let out = q.run(&["--once"], &[]);
     assert!(out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("no open reconcile items"),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let queue: Value = http
-        .get(format!("{service}/v1/queue?status=all"))
+    let queue: Value = q
+        .http
+        .get(format!("{}/v1/queue?status=all", q.service))
         .bearer_auth("operator-1")
         .send()
         .await
@@ -155,4 +189,88 @@ async fn reconcile_once_releases_the_second_refund() {
     let item = &queue["items"][0];
     assert_eq!(item["resolution"]["by"], "reconciler", "{queue}");
     assert_eq!(item["resolution"]["authoritative_ref"], "re_B", "{queue}");
+    drop(q.dir);
+}
+
+/// The same refund list served over TLS by a certificate a private CA signed: `reconcile
+/// --once` leaves the item open with the certificate error until `ONCEGATE_CA_FILE` names the
+/// CA, then releases the second refund.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_once_trusts_the_ca_named_by_oncegate_ca_file() {
+    let (base, ca_pem) = https_authority(
+        r#"{"refunds":[{"id":"re_A","amount":1500,"currency":"EUR"},{"id":"re_B","amount":1500,"currency":"EUR"}]}"#,
+    );
+    let q = queue_second_refund(&base).await;
+    let ca = q.dir.path().join("provider-ca.pem");
+    std::fs::write(&ca, ca_pem).unwrap();
+
+    let line = q.line(&q.run(&["--once"], &[]));
+    assert!(line.contains(" open "), "{line}");
+    assert!(
+        line.contains("certificate was refused") && line.contains("UnknownIssuer"),
+        "{line}"
+    );
+
+    let line = q.line(&q.run(&["--once"], &[("ONCEGATE_CA_FILE", &ca)]));
+    assert!(line.contains(" distinct "), "{line}");
+    assert!(line.contains("ref=re_B"), "{line}");
+}
+
+/// `authority` over TLS: a private CA (returned as PEM) signs a `127.0.0.1` certificate.
+fn https_authority(body: &'static str) -> (String, String) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "payflow test CA");
+    let ca = params.self_signed(&ca_key).unwrap();
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca, &ca_key)
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = Arc::new(
+        rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+            )
+            .unwrap(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(tcp) = stream else { continue };
+            let conn = rustls::ServerConnection::new(config.clone()).unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, tcp);
+            let mut buf = [0u8; 4096];
+            // A client that refuses the certificate fails the handshake inside this read.
+            let Ok(n) = tls.read(&mut buf) else { continue };
+            let request = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+            let authorized = request.contains(&format!(
+                "authorization: {}",
+                API_TOKEN.to_ascii_lowercase()
+            ));
+            let (status, body) = if authorized {
+                ("200 OK", body)
+            } else {
+                ("401 Unauthorized", "{}")
+            };
+            let _ = write!(
+                tls,
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = tls.flush();
+            tls.conn.send_close_notify();
+            let _ = tls.flush();
+        }
+    });
+    (format!("https://{addr}"), ca.pem())
 }

@@ -205,3 +205,89 @@ async fn serve_flags_override_the_contracts_limits() {
     );
     stop(server);
 }
+
+/// `--header-timeout` reaches the connections: a client that connects and sends nothing is
+/// cut well within ten times the deadline.
+#[tokio::test]
+async fn serve_timeout_flags_bound_the_connections() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("deadlines.db");
+    let server = start_with(
+        db.to_str().unwrap(),
+        &["--header-timeout", "300ms", "--idle-timeout", "300ms"],
+    );
+    let mut silent = tokio::net::TcpStream::connect(server.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(3), silent.read(&mut buf))
+        .await
+        .expect("the silent connection is closed within 3 s");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    // A normal request is still answered.
+    let health = reqwest::get(format!("{}/healthz", server.base))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    stop(server);
+}
+
+#[test]
+fn serve_refuses_a_body_deadline_the_request_timeout_would_pre_empt() {
+    let out = Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .args(["serve", "--contract", CONTRACT, "--listen", "127.0.0.1:0"])
+        .args(["--body-timeout", "10s", "--request-timeout", "10s"])
+        .env("ONCEGATE_KEY_SALT", "serve-test-salt")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--body-timeout (10s) must be shorter than --request-timeout (10s)"),
+        "{err}"
+    );
+}
+
+/// A CA file that cannot be used stops `serve` and `reconcile --once` before they open the
+/// store or listen, and the message names the file.
+#[test]
+fn an_unusable_ca_file_stops_serve_and_reconcile_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing-ca.pem");
+    let not_pem = dir.path().join("not-pem.pem");
+    std::fs::write(&not_pem, "hello\n").unwrap();
+    let db = dir.path().join("ca.db");
+    for (ca, what) in [
+        (&missing, "cannot be read"),
+        (&not_pem, "no PEM certificate"),
+    ] {
+        for args in [
+            vec!["serve", "--listen", "127.0.0.1:0"],
+            vec!["reconcile", "--once"],
+        ] {
+            let out = Command::new(env!("CARGO_BIN_EXE_oncegate"))
+                .args(&args)
+                .args(["--contract", CONTRACT])
+                .arg("--store")
+                .arg(&db)
+                .env("ONCEGATE_KEY_SALT", "serve-test-salt")
+                .env("ONCEGATE_CA_FILE", ca)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(
+                err.contains(&ca.display().to_string())
+                    && err.contains(what)
+                    && err.contains("ONCEGATE_CA_FILE"),
+                "{args:?}: {err}"
+            );
+            assert!(
+                !String::from_utf8_lossy(&out.stdout).contains("oncegate serving"),
+                "{args:?}"
+            );
+        }
+    }
+    assert!(!db.exists(), "the store was never opened");
+}

@@ -90,6 +90,40 @@ fn check_prints_every_hierarchy() {
 }
 
 #[test]
+fn check_warns_about_a_plain_http_authority_off_loopback() {
+    let example = std::fs::read_to_string(CONTRACT).unwrap();
+    // The shipped example asks 127.0.0.1: loopback, no warning.
+    let out = oncegate(&["check", CONTRACT], "");
+    assert!(
+        !text(&out.stderr).contains("plain http://"),
+        "{}",
+        text(&out.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for (host, warned) in [
+        ("http://api.payflow.example", true),
+        ("http://192.0.2.10:8080", true),
+        ("http://localhost:8089", false),
+        ("http://[::1]:8089", false),
+        ("https://api.payflow.example", false),
+    ] {
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, example.replace("http://127.0.0.1:8089", host)).unwrap();
+        let out = oncegate(&["check", path.to_str().unwrap()], "");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert_eq!(
+            err.contains("warning:") && err.contains("plain http://") && err.contains(host),
+            warned,
+            "{host}: {err}"
+        );
+        if warned {
+            assert!(err.contains("type \"refund.created\""), "{err}");
+        }
+    }
+}
+
+#[test]
 fn check_refuses_a_bad_contract_with_its_location() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");

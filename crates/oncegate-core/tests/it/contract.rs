@@ -109,6 +109,57 @@ fn refusals_name_where_and_what() {
 }
 
 #[test]
+fn an_authority_records_its_ca_file_and_refuses_one_it_would_not_use() {
+    let authority = |url: &str, ca: &str| {
+        format!("{HEAD}[[providers.p.types.t.strategies]]\nname = \"s\"\nversion = 1\nlevel = \"semantic\"\nfields = [\"/id\"]\n[providers.p.types.t.authority]\nurl = \"{url}\"\noperations = \"/items\"\nreference = \"/id\"\nca_file = \"{ca}\"\n")
+    };
+    let c = parse(
+        "c.toml",
+        &authority("https://api.example/x", "certs/provider-ca.pem"),
+    )
+    .expect("an https authority with a CA file is valid");
+    let t = &c.providers["p"].types["t"];
+    assert_eq!(
+        t.authority.as_ref().unwrap().ca_file.as_deref(),
+        Some("certs/provider-ca.pem")
+    );
+    refused(
+        &authority("http://api.example/x", "ca.pem"),
+        &["authority.ca_file", "only used for an https:// URL"],
+    );
+    refused(
+        &authority("https://api.example/x", ""),
+        &["authority.ca_file", "must name a PEM file"],
+    );
+}
+
+#[test]
+fn a_plain_http_authority_off_loopback_is_warned_about() {
+    let check = |url: &str, warned: bool| {
+        let text = format!("{HEAD}[[providers.p.types.t.strategies]]\nname = \"s\"\nversion = 1\nlevel = \"semantic\"\nfields = [\"/id\"]\n[providers.p.types.t.authority]\nurl = \"{url}\"\noperations = \"/items\"\nreference = \"/id\"\n");
+        let c = parse("c.toml", &text).expect("valid");
+        let found = c
+            .warnings
+            .iter()
+            .any(|w| w.contains("plain http://") && w.contains(url) && w.contains("type \"t\""));
+        assert_eq!(found, warned, "{url}: {:?}", c.warnings);
+    };
+    check("http://api.provider.example/v1/x", true);
+    check("http://10.0.0.8:8080/x", true);
+    check("http://127.0.0.2.example/x", true);
+    check("http://[2001:db8::1]:80/x", true);
+    check("http://localhost.evil.example/x", true);
+    check("http://127.0.0.1:8089/v1/x", false);
+    check("http://127.10.0.1/x", false);
+    check("http://localhost:9000/x", false);
+    check("http://LOCALHOST/x", false);
+    check("http://api.localhost/x", false);
+    check("http://[::1]:8089/x", false);
+    check("http://user:pw@127.0.0.1/x", false);
+    check("https://api.provider.example/v1/x", false);
+}
+
+#[test]
 fn one_label_cannot_have_two_definitions() {
     let text = "[providers.p]\nevent_type = \"/type\"\n\
         [providers.p.types.a]\ncriticality = \"critical\"\n[[providers.p.types.a.strategies]]\nname = \"ref\"\nversion = 1\nlevel = \"business_ref\"\nfields = [\"/ref\"]\n\

@@ -1,5 +1,5 @@
 //! The route table of the HTTP contract (v1), the request extractors that answer in the error
-//! shape, and the request timeout.
+//! shape, and the request timeout and body deadline.
 
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
@@ -10,6 +10,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::de::DeserializeOwned;
 
+use crate::deadline::{self, DeadlineBody};
 use crate::error::ApiError;
 use crate::ingest;
 use crate::state::AppState;
@@ -67,8 +68,12 @@ async fn method_not_allowed() -> ApiError {
 
 /// Bounds every request by the configured timeout and answers in the error shape (tower-http's
 /// `TimeoutLayer` would answer an empty 408, outside the contract). A delivery's decision runs
-/// in its own task, so timing out the answer never cuts a decision in half.
+/// in its own task, so timing out the answer never cuts a decision in half. The body gets its
+/// own, shorter deadline here too: a body still arriving past it fails its reader, which
+/// answers `408 body_timeout` (a slow sender is not a reason to retry, so never a 503).
 async fn timeout(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let request =
+        request.map(|body| axum::body::Body::new(DeadlineBody::new(body, state.body_timeout)));
     match tokio::time::timeout(state.request_timeout, next.run(request)).await {
         Ok(response) => response,
         Err(_) => ApiError::timeout().into_response(),
@@ -89,6 +94,9 @@ where
         let bytes = axum::body::Bytes::from_request(req, state)
             .await
             .map_err(|e| {
+                if let Some(late) = deadline::timed_out(&e) {
+                    return ApiError::body_timeout(late);
+                }
                 let status = e.status();
                 let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
                     "too_large"

@@ -3,6 +3,7 @@
 
 mod auth;
 mod data_shapes;
+mod deadlines;
 mod decisions;
 mod effects;
 mod harness;
@@ -12,6 +13,7 @@ mod operations;
 mod reconcile;
 mod safety;
 mod signatures;
+mod tls;
 mod vectors;
 
 /// Instantiates each scenario once per backend, as `sqlite::<name>` and `postgres::<name>`.
@@ -70,6 +72,8 @@ both_backends!(
     operation_scope::thirty_two_racers_across_the_two_types_make_one_process,
     data_shapes::nul_in_values_and_keys_is_decided_and_provable,
     data_shapes::unclean_path_segments_are_refused_with_400,
+    tls::an_https_authority_signed_by_a_private_ca_needs_that_ca,
+    deadlines::a_trickled_body_is_answered_408_and_journaled,
 );
 
 /// The store going away is exercised on PostgreSQL, where it can really go away under a
