@@ -92,6 +92,10 @@ enum Command {
         /// How far back a strategy's key matches count for its collision breaker.
         #[arg(long, value_parser = duration, default_value = "24h")]
         breaker_window: Duration,
+        /// The reconciler's fallback poll: an item queued by this instance is attempted at
+        /// once; this picks up items queued by other instances and retries that became due.
+        #[arg(long, value_parser = duration, default_value = "30s")]
+        reconcile_every: Duration,
         /// Largest body accepted, in bytes (overrides the contract's `settings.max_body_bytes`).
         #[arg(long)]
         max_body_bytes: Option<usize>,
@@ -215,6 +219,7 @@ fn main() -> ExitCode {
             purge_every,
             no_purge,
             breaker_window,
+            reconcile_every,
             max_body_bytes,
             max_depth,
         } => {
@@ -235,6 +240,7 @@ fn main() -> ExitCode {
                         metrics_public,
                         purge_every: (!no_purge).then_some(purge_every),
                         breaker_window,
+                        reconcile_every,
                         max_body_bytes,
                         max_depth,
                     }))

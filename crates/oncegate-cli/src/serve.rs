@@ -22,6 +22,8 @@ pub struct Options<'a> {
     /// The background purge's period; `None` runs none.
     pub purge_every: Option<Duration>,
     pub breaker_window: Duration,
+    /// The reconciler's fallback poll.
+    pub reconcile_every: Duration,
     /// Override the contract's `settings.max_body_bytes` / `settings.max_depth`.
     pub max_body_bytes: Option<usize>,
     pub max_depth: Option<usize>,
@@ -126,6 +128,7 @@ pub async fn run(o: Options<'_>) -> Result<()> {
     config.metrics_public = o.metrics_public;
     config.purge_every = o.purge_every;
     config.breaker_window = o.breaker_window;
+    config.reconciler.every = Some(o.reconcile_every);
     if config.tokens.is_empty() {
         tracing::warn!("no bearer tokens configured (ONCEGATE_TOKENS): only signed provider posts are accepted and operator routes are closed");
     }

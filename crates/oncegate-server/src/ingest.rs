@@ -403,6 +403,10 @@ async fn ingest(state: &AppState, r: Reception) -> Result<DecisionBody, ApiError
         Ok(o) => o,
         Err(e) => return Err(undecided(state, delivery, event_type, e)),
     };
+    if outcome.queue_item.is_some() {
+        // Committed: the reconciler can attempt it now rather than at its next poll.
+        state.reconcile_wake.notify_one();
+    }
     if let Some(scope) = &breaker_scope {
         breaker::count(state, scope, &outcome).await;
     }

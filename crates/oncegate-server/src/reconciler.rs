@@ -32,13 +32,14 @@ use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
 use oncegate_core::json::{self, Limits, Value};
 use oncegate_core::reconcile::{self, AuthorityOperation, LocalEffect, Verdict};
 use oncegate_store::{
-    EffectRecord, EffectState, MissingOperation, QueueItem, ReconcileAttempt, Resolution,
-    ResolutionOutcome, ResourceScope, Store, StoreError,
+    EffectRecord, EffectState, MissingOperation, QueueItem, QueueKind, ReconcileAttempt,
+    Resolution, ResolutionOutcome, ResourceScope, Store, StoreError,
 };
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use time::OffsetDateTime;
@@ -55,10 +56,21 @@ pub const RECONCILER: &str = "reconciler";
 const ITEMS_PER_RUN: u32 = 200;
 
 /// How the reconciler runs inside `serve`.
+///
+/// It is event-driven: a run starts as soon as an item is queued in this process (a
+/// quarantine, a reconcile, an expired critical lease). `every` is the fallback poll, which
+/// also picks up items queued by other instances sharing the store. An item whose attempt was
+/// inconclusive or failed waits `retry_base · 2^(attempts−1)`, capped at `retry_cap`, with a
+/// jitter of up to half that, before it is attempted again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReconcilerSettings {
-    /// Between two runs over the open items; `None` turns the worker off.
+    /// Between two runs over the open items when nothing wakes the worker; `None` turns the
+    /// worker off.
     pub every: Option<Duration>,
+    /// The wait after a first inconclusive or failed attempt.
+    pub retry_base: Duration,
+    /// The longest wait between two attempts of one item.
+    pub retry_cap: Duration,
     /// Between two invisible-losses sweeps (only types whose authority sets `sweep_window`).
     pub sweep_every: Duration,
     pub authority: AuthorityPolicy,
@@ -68,6 +80,8 @@ impl Default for ReconcilerSettings {
     fn default() -> Self {
         ReconcilerSettings {
             every: Some(Duration::from_secs(30)),
+            retry_base: Duration::from_secs(5),
+            retry_cap: Duration::from_secs(600),
             sweep_every: Duration::from_secs(600),
             authority: AuthorityPolicy::default(),
         }
@@ -114,6 +128,37 @@ pub struct RunReport {
     pub sweep: Vec<SweepReport>,
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_exponentially_with_jitter_up_to_the_cap() {
+        let id = QueueItemId::from_u128(42);
+        let (base, cap) = (Duration::from_secs(5), Duration::from_secs(600));
+        let mut last = Duration::ZERO;
+        for attempts in 1..=12u64 {
+            let d = retry_delay(&id, attempts, base, cap);
+            let full = (base * 2u32.pow((attempts - 1) as u32)).min(cap);
+            assert!(
+                d >= full / 2 && d <= full,
+                "attempt {attempts}: {d:?} of {full:?}"
+            );
+            assert_eq!(d, retry_delay(&id, attempts, base, cap), "stable");
+            if full < cap {
+                assert!(d > last / 2, "grows");
+            }
+            last = d;
+        }
+        assert!(retry_delay(&id, 30, base, cap) <= cap);
+        let other = QueueItemId::from_u128(43);
+        assert!(
+            (1..=8).any(|n| retry_delay(&id, n, base, cap) != retry_delay(&other, n, base, cap)),
+            "two items spread out"
+        );
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     outcome: String,
@@ -126,10 +171,26 @@ struct TypeLabel {
     event_type: String,
 }
 
-/// `oncegate_reconcile_attempts_total{outcome}` and `oncegate_missing_effects{provider,env,event_type}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SettledLabel {
+    /// `service` (the reconciler, the verifier) or `person`.
+    by: String,
+    kind: String,
+}
+
+/// `oncegate_reconcile_attempts_total{outcome}`, `oncegate_missing_effects{provider,env,event_type}`,
+/// `oncegate_queue_settled_total{by,kind}` and `oncegate_queue_settle_seconds{by}` (from queued
+/// to settled).
 pub(crate) struct ReconcileMetrics {
     attempts: Family<OutcomeLabel, Counter>,
     missing: Family<TypeLabel, Gauge>,
+    settled: Family<SettledLabel, Counter>,
+    settle_seconds: Family<SettledBy, Histogram>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SettledBy {
+    by: String,
 }
 
 impl ReconcileMetrics {
@@ -146,7 +207,41 @@ impl ReconcileMetrics {
             "Operations the authority lists for recently seen resources that have no local effect",
             missing.clone(),
         );
-        ReconcileMetrics { attempts, missing }
+        let settled = Family::<SettledLabel, Counter>::default();
+        registry.register(
+            "queue_settled",
+            "Queue items settled, by who settled them (service: the reconciler or the verifier; person) and kind",
+            settled.clone(),
+        );
+        // 0.1 s … about 7 days: a reconciler settles in a second, a person in hours.
+        let settle_seconds = Family::<SettledBy, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.1, 4.0, 13))
+        });
+        registry.register(
+            "queue_settle_seconds",
+            "Time from an item's queueing to its resolution, by who settled it",
+            settle_seconds.clone(),
+        );
+        ReconcileMetrics {
+            attempts,
+            missing,
+            settled,
+            settle_seconds,
+        }
+    }
+
+    /// Counts one settled item: `by` is `service` or `person`.
+    pub(crate) fn settled(&self, by: &str, item: &QueueItem, now: OffsetDateTime) {
+        self.settled
+            .get_or_create(&SettledLabel {
+                by: by.to_owned(),
+                kind: item.kind.as_str().to_owned(),
+            })
+            .inc();
+        let waited = (now - item.created_at).as_seconds_f64().max(0.0);
+        self.settle_seconds
+            .get_or_create(&SettledBy { by: by.to_owned() })
+            .observe(waited);
     }
 
     fn attempt(&self, outcome: &str) {
@@ -176,6 +271,8 @@ struct Run<'a> {
     now: OffsetDateTime,
     client: &'a AuthorityClient,
     metrics: Option<&'a ReconcileMetrics>,
+    /// `None` attempts every open item (`oncegate reconcile --once`, an operator's explicit run).
+    retry: Option<(Duration, Duration)>,
 }
 
 /// One reconciliation pass over the open items, then the invisible-losses sweep, with the
@@ -193,6 +290,7 @@ pub async fn reconcile_once(config: &ServiceConfig) -> Result<RunReport, Reconci
         now: (config.clock)(),
         client: &client,
         metrics: None,
+        retry: None,
     };
     let items = run.items().await?;
     let sweep = run.sweep().await?;
@@ -212,7 +310,12 @@ pub(crate) async fn run_forever(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_sweep: Option<std::time::Instant> = None;
     loop {
-        tick.tick().await;
+        // Whichever comes first: an item queued in this process, or the fallback poll (items
+        // queued by another instance, items whose retry became due).
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = state.reconcile_wake.notified() => {}
+        }
         let run = Run {
             contract: &state.contract,
             store: state.store.as_ref(),
@@ -220,6 +323,7 @@ pub(crate) async fn run_forever(
             now: state.now(),
             client: &client,
             metrics: Some(&state.metrics.reconcile),
+            retry: Some((settings.retry_base, settings.retry_cap)),
         };
         if let Err(e) = run.items().await {
             tracing::debug!(error = %e, "reconciliation skipped");
@@ -258,10 +362,19 @@ impl Run<'_> {
         }
     }
 
+    /// Whether an item's next attempt is due: never attempted, or its backoff has passed.
+    fn due(&self, item: &QueueItem) -> bool {
+        let (Some((base, cap)), Some(last)) = (self.retry, item.last_attempt_at) else {
+            return true;
+        };
+        last + crate::state::to_time(retry_delay(&item.id, item.reconcile_attempts, base, cap))
+            <= self.now
+    }
+
     async fn items(&self) -> Result<Vec<ItemReport>, ReconcileError> {
         let items = self.store.open_reconcile_items(ITEMS_PER_RUN).await?;
         let mut out = Vec::with_capacity(items.len());
-        for item in items {
+        for item in items.into_iter().filter(|i| self.due(i)) {
             match self.item(&item).await {
                 Ok(report) => out.push(report),
                 // Another instance settled it meanwhile.
@@ -312,6 +425,18 @@ impl Run<'_> {
             .as_deref()
             .and_then(|name| self.contract.event_type(&item.provider, name));
         let Some((t, authority)) = t.and_then(|t| t.authority.as_ref().map(|a| (t, a))) else {
+            if item.kind == QueueKind::Quarantine {
+                // A collision of a type without an authority is a person's to settle from the
+                // start: counting attempts on it would only add noise to the queue.
+                return Ok(ItemReport {
+                    item: item.id.clone(),
+                    delivery: item.delivery.clone(),
+                    verdict: "open",
+                    authoritative_ref: None,
+                    effect: None,
+                    summary: "the type has no authority to ask: a person resolves it".to_owned(),
+                });
+            }
             return self
                 .keep_open(
                     item,
@@ -451,6 +576,9 @@ impl Run<'_> {
             )
             .await?;
         self.count(outcome.as_str());
+        if let Some(m) = self.metrics {
+            m.settled("service", item, self.now);
+        }
         tracing::info!(queue_item = %item.id, delivery_id = %item.delivery, outcome = outcome.as_str(), authoritative_ref = %reference, "reconciled against the authority");
         Ok(ItemReport {
             item: item.id.clone(),
@@ -546,6 +674,23 @@ impl Run<'_> {
             error: None,
         })
     }
+}
+
+/// The wait before attempt `attempts + 1` of an item: exponential from `base`, capped at `cap`,
+/// with a jitter of up to half of it, derived from the item's id so that items queued together
+/// spread out while one item's schedule stays the same across instances.
+fn retry_delay(item: &QueueItemId, attempts: u64, base: Duration, cap: Duration) -> Duration {
+    use std::hash::{Hash, Hasher};
+    let exp = u32::try_from(attempts.saturating_sub(1))
+        .unwrap_or(u32::MAX)
+        .min(20);
+    let full = base.saturating_mul(1u32 << exp).min(cap);
+    // `DefaultHasher::new()` has fixed keys: the same item gets the same jitter everywhere.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    item.as_str().hash(&mut h);
+    attempts.hash(&mut h);
+    let frac = (h.finish() % 1000) as u32;
+    full / 2 + (full / 2) * frac / 1000
 }
 
 /// The clear resource of a delivery from its payload (for the authority's URL only).

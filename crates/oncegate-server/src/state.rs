@@ -47,6 +47,10 @@ pub(crate) struct Inner {
     pub token_key: TokenKey,
     pub limits: Limits,
     pub metrics: Metrics,
+    /// Wakes the reconciler as soon as an item is queued (a quarantine or a reconcile), so an
+    /// item is attempted right away instead of at the next poll; `Notify` keeps one permit,
+    /// so a burst of deliveries makes one run, not one per delivery.
+    pub reconcile_wake: tokio::sync::Notify,
     backlog: Mutex<Vec<Undecided>>,
 }
 
@@ -85,6 +89,7 @@ impl AppState {
             clock: config.clock,
             limits,
             metrics: Metrics::new(),
+            reconcile_wake: tokio::sync::Notify::new(),
             backlog: Mutex::new(Vec::new()),
         }))
     }
@@ -166,9 +171,14 @@ pub(crate) async fn upkeep(state: AppState) {
     loop {
         tick.tick().await;
         if state.lease_sweep {
-            if let Err(e) = state.store.expire_leases(state.now()).await {
-                tracing::debug!(error = %e, "lease sweep skipped");
-                continue;
+            match state.store.expire_leases(state.now()).await {
+                // A critical effect whose lease passed has a "verify before retry" item now.
+                Ok(expired) if !expired.is_empty() => state.reconcile_wake.notify_one(),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "lease sweep skipped");
+                    continue;
+                }
             }
         }
         state.settle_undecided().await;

@@ -212,7 +212,8 @@ pub trait Store: Send + Sync {
         scope: &ResourceScope,
     ) -> Result<Vec<EffectRecord>, StoreError>;
 
-    /// The open `reconcile` items, least recently attempted first, then oldest first.
+    /// The open items the reconciler works (`reconcile` and `quarantine`), least recently
+    /// attempted first, then oldest first.
     async fn open_reconcile_items(&self, limit: u32) -> Result<Vec<QueueItem>, StoreError>;
 
     /// Records an attempt that left an item open (shown in the queue listing).

@@ -252,7 +252,7 @@ pub(crate) async fn open_reconcile_items<T: Tx + Send>(
     limit: u32,
 ) -> Result<Vec<QueueItem>> {
     let sql = format!(
-        "SELECT {QUEUE_COLS} FROM queue_items q WHERE q.kind = 'reconcile' AND q.status = 'open' \
+        "SELECT {QUEUE_COLS} FROM queue_items q WHERE q.kind IN ('reconcile', 'quarantine') AND q.status = 'open' \
          ORDER BY COALESCE(q.last_attempt_at, 0), q.created_at, q.id LIMIT $1"
     );
     let rows = tx.query(&sql, &[int(i64::from(limit))]).await?;

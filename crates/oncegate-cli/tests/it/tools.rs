@@ -223,6 +223,10 @@ fn demo_tells_the_story_and_ends_with_a_zero_gap() {
         stdout.contains("skipped    refund-request-ref@1: field /data/request_ref is absent"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("6. the queue: 0 open item(s)"),
+        "the service settled both refunds itself, woken by their queueing:\n{stdout}"
+    );
     assert!(stdout.contains("unexplained gap: 0"), "{stdout}");
     assert!(
         !stdout.contains("jane@example.com"),

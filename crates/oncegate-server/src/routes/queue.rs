@@ -163,6 +163,10 @@ pub(crate) async fn resolve(
     };
     let resolved = state.store.resolve(&item.id, resolution).await?;
     state.metrics.resolution(outcome.as_str());
+    state
+        .metrics
+        .reconcile
+        .settled("person", &resolved, state.now());
     tracing::info!(
         delivery_id = %id,
         queue_item_id = %resolved.id,

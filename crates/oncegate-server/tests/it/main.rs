@@ -67,6 +67,8 @@ both_backends!(
     reconcile::expired_leases_verify_critical_and_release_reversible,
     reconcile::the_sweep_reports_operations_with_no_local_effect,
     reconcile::the_worker_publishes_missing_effects,
+    reconcile::a_queued_item_is_attempted_as_soon_as_it_is_queued,
+    reconcile::a_collision_is_settled_through_the_authority,
     operation_scope::the_second_type_of_one_operation_is_ignored_with_the_first_result,
     operation_scope::a_differing_discriminant_across_the_two_types_is_quarantined,
     operation_scope::thirty_two_racers_across_the_two_types_make_one_process,

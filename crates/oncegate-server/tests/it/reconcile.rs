@@ -112,6 +112,9 @@ async fn start_text(kind: Kind, text: &str, worker: Option<Duration>) -> (Servic
     let s = Service::start_with(kind, |c| {
         c.contract = contract;
         c.reconciler.every = worker;
+        // Short retry waits, so tests that bring an authority back see the next attempt soon.
+        c.reconciler.retry_base = Duration::from_millis(100);
+        c.reconciler.retry_cap = Duration::from_millis(400);
         c.reconciler.sweep_every = Duration::ZERO;
         c.reconciler.authority = AuthorityPolicy {
             timeout: Duration::from_millis(400),
@@ -540,5 +543,124 @@ pub async fn the_worker_publishes_missing_effects(kind: Kind) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    s.stop().await;
+}
+
+/// A refund carrying the merchant's request reference (the strong key).
+fn refund_ref(payment: &str, request_ref: &str, amount: &str) -> String {
+    format!(
+        r#"{{"type":"refund.created","sent_at":"2024-05-03T09:00:00Z","attempt":1,"data":{{"payment_id":"{payment}","request_ref":"{request_ref}","amount":{amount},"currency":"EUR"}}}}"#
+    )
+}
+
+/// Polls the queue item of `delivery` until `done` says so, within a generous deadline.
+async fn wait_for(s: &Service, delivery: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let item = queue_item(s, delivery).await;
+        if done(&item) {
+            return item;
+        }
+        assert!(Instant::now() < deadline, "{what}: {item}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The poll is an hour: only the wake-up of a queued item can settle it within the test.
+pub async fn a_queued_item_is_attempted_as_soon_as_it_is_queued(kind: Kind) {
+    let (fake, base) = authority().await;
+    fake.set(
+        "pay_w1",
+        json!([{"id": "re_1", "amount": 300, "currency": "EUR"}, {"id": "re_2", "amount": 300, "currency": "EUR"}]),
+    );
+    let (s, _) = start(kind, &base, Some(Duration::from_secs(3600))).await;
+    let first = s
+        .payflow("acme", &refund("pay_w1", "300", "2024-05-03T09:00:00Z"))
+        .await;
+    complete(&s, &first, json!({"refund": "re_1"})).await;
+    let second = s
+        .payflow("acme", &refund("pay_w1", "300", "2024-05-03T09:04:00Z"))
+        .await;
+    assert_eq!(second.str("action"), "reconcile", "{}", second.text);
+    let item = wait_for(
+        &s,
+        second.str("delivery_id"),
+        "settled without the poll",
+        |i| i["status"] == "resolved",
+    )
+    .await;
+    assert_eq!(item["resolution"]["outcome"], "distinct", "{item}");
+    assert_eq!(item["resolution"]["by"], "reconciler", "{item}");
+    let text = s.get("/metrics", Some(OPERATOR)).await.text;
+    assert!(
+        text.contains("oncegate_queue_settled_total{by=\"service\",kind=\"reconcile\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("oncegate_queue_settle_seconds_count{by=\"service\"} 1"),
+        "{text}"
+    );
+    s.stop().await;
+}
+
+/// A provider reusing a refund request reference for a second refund of another amount: the
+/// collision is quarantined, and the authority's list tells the two refunds apart.
+pub async fn a_collision_is_settled_through_the_authority(kind: Kind) {
+    let (fake, base) = authority().await;
+    fake.set(
+        "pay_q1",
+        json!([{"id": "re_1", "amount": 300, "currency": "EUR"}, {"id": "re_2", "amount": 500, "currency": "EUR"}]),
+    );
+    let (s, _) = start(kind, &base, Some(Duration::from_secs(3600))).await;
+    let first = s
+        .payflow("acme", &refund_ref("pay_q1", "rr_1", "300"))
+        .await;
+    assert_eq!(first.str("action"), "process", "{}", first.text);
+    complete(&s, &first, json!({"refund": "re_1"})).await;
+
+    let reused = s
+        .payflow("acme", &refund_ref("pay_q1", "rr_1", "500"))
+        .await;
+    assert_eq!(reused.str("action"), "quarantine", "{}", reused.text);
+    let item = wait_for(
+        &s,
+        reused.str("delivery_id"),
+        "the collision is released",
+        |i| i["status"] == "resolved",
+    )
+    .await;
+    assert_eq!(item["resolution"]["outcome"], "distinct", "{item}");
+    assert_eq!(item["resolution"]["authoritative_ref"], "re_2", "{item}");
+    assert_eq!(item["resolution"]["by"], "reconciler", "{item}");
+
+    // A third amount the authority does not list stays open, with the attempt visible.
+    let unknown = s
+        .payflow("acme", &refund_ref("pay_q1", "rr_1", "700"))
+        .await;
+    assert_eq!(unknown.str("action"), "quarantine", "{}", unknown.text);
+    let item = wait_for(
+        &s,
+        unknown.str("delivery_id"),
+        "the attempt is recorded",
+        |i| i["reconcile_attempts"].as_u64().unwrap_or(0) >= 1,
+    )
+    .await;
+    assert_eq!(item["status"], "open", "{item}");
+    assert!(
+        item["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("none has these discriminants")),
+        "{item}"
+    );
+    // One released effect per authority operation: re_2 is now accounted for, so a retry of
+    // the 500 refund is a duplicate, never a second release.
+    let retry = s
+        .payflow("acme", &refund_ref("pay_q1", "rr_1", "500"))
+        .await;
+    let item = wait_for(&s, retry.str("delivery_id"), "the retry is settled", |i| {
+        i["status"] == "resolved"
+    })
+    .await;
+    assert_eq!(item["resolution"]["outcome"], "duplicate", "{item}");
     s.stop().await;
 }
