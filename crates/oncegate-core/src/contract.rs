@@ -14,6 +14,9 @@ use std::fmt;
 use std::time::Duration;
 use toml::Spanned;
 
+mod verify;
+pub use verify::{Verifier, VERIFY_HOLES};
+
 /// A validated contract.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Contract {
@@ -233,6 +236,9 @@ pub struct EventType {
     pub durable: bool,
     pub horizon: Duration,
     pub authority: Option<Authority>,
+    /// The consumer's verification API (the type's own, else its provider's): asked whether
+    /// an effect whose outcome became unknown ran, before anything else is done with it.
+    pub verify: Option<Verifier>,
     pub strategies: Vec<Strategy>,
     /// Shadow strategies (`[[…shadow]]`): computed on live traffic with their own index and
     /// reported when they would have decided differently, never acting. How a new version
@@ -342,6 +348,8 @@ struct RawProvider {
     event_type_header: Option<String>,
     delivery_id_header: Option<String>,
     signature: Option<RawSignature>,
+    /// The consumer's verification API for every type of the provider (a type may override it).
+    verify: Option<verify::RawVerifier>,
     #[serde(default)]
     types: BTreeMap<String, Spanned<RawType>>,
 }
@@ -422,6 +430,7 @@ struct RawType {
     durable: bool,
     horizon: Option<String>,
     authority: Option<RawAuthority>,
+    verify: Option<verify::RawVerifier>,
     #[serde(default)]
     strategies: Vec<Spanned<RawStrategy>>,
     #[serde(default)]
@@ -749,6 +758,7 @@ fn provider(
         }
     };
     let signature = raw.signature.and_then(|s| signature(c, at, s));
+    let provider_verify = raw.verify.and_then(|v| verify::verifier(c, at, v));
     let mut types = BTreeMap::new();
     for (type_name, raw_type) in raw.types {
         let line = c.line_of(raw_type.span().start);
@@ -766,6 +776,10 @@ fn provider(
             settings,
             labels,
         ) {
+            let mut t = t;
+            if t.verify.is_none() {
+                t.verify = provider_verify.clone();
+            }
             types.insert(type_name, t);
         }
     }
@@ -1000,6 +1014,7 @@ fn event_type_def(
     let authority = raw
         .authority
         .and_then(|a| authority(c, at, a, resource.is_some()));
+    let verify = raw.verify.and_then(|v| verify::verifier(c, at, v));
 
     let mut strategies: Vec<Strategy> = Vec::new();
     let mut shadow: Vec<Strategy> = Vec::new();
@@ -1197,6 +1212,7 @@ fn event_type_def(
         durable: raw.durable,
         horizon,
         authority,
+        verify,
         strategies,
         shadow,
         line: at.line.unwrap_or(0),

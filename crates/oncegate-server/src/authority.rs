@@ -156,6 +156,12 @@ impl AuthorityClient {
         })
     }
 
+    /// The client that trusts the system's roots and `ONCEGATE_CA_FILE` (the consumer's
+    /// verification API uses it).
+    pub(crate) fn shared_http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
     /// The client that trusts what `authority` asks for.
     fn http_for(&self, authority: &Authority) -> Result<&reqwest::Client, AuthorityError> {
         match &authority.ca_file {

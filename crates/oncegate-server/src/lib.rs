@@ -55,6 +55,7 @@ mod shadow;
 mod signature;
 mod state;
 mod trust;
+mod verifier;
 mod wire;
 
 pub use auth::{ApiToken, Role};

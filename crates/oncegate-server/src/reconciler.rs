@@ -52,6 +52,9 @@ use crate::ServiceConfig;
 /// Who the resolutions are recorded as.
 pub const RECONCILER: &str = "reconciler";
 
+/// Who resolutions settled by the consumer's verification API are recorded as.
+pub const VERIFIER: &str = "verifier";
+
 /// Open items settled per run at most; the rest wait for the next run.
 const ITEMS_PER_RUN: u32 = 200;
 
@@ -273,6 +276,9 @@ struct Run<'a> {
     metrics: Option<&'a ReconcileMetrics>,
     /// `None` attempts every open item (`oncegate reconcile --once`, an operator's explicit run).
     retry: Option<(Duration, Duration)>,
+    /// Items this run already settled along with another (all the items waiting on one
+    /// effect whose outcome the consumer verified), skipped when their turn comes.
+    settled: std::sync::Mutex<std::collections::HashSet<QueueItemId>>,
 }
 
 /// One reconciliation pass over the open items, then the invisible-losses sweep, with the
@@ -291,6 +297,7 @@ pub async fn reconcile_once(config: &ServiceConfig) -> Result<RunReport, Reconci
         client: &client,
         metrics: None,
         retry: None,
+        settled: Default::default(),
     };
     let items = run.items().await?;
     let sweep = run.sweep().await?;
@@ -324,6 +331,7 @@ pub(crate) async fn run_forever(
             client: &client,
             metrics: Some(&state.metrics.reconcile),
             retry: Some((settings.retry_base, settings.retry_cap)),
+            settled: Default::default(),
         };
         if let Err(e) = run.items().await {
             tracing::debug!(error = %e, "reconciliation skipped");
@@ -375,6 +383,14 @@ impl Run<'_> {
         let items = self.store.open_reconcile_items(ITEMS_PER_RUN).await?;
         let mut out = Vec::with_capacity(items.len());
         for item in items.into_iter().filter(|i| self.due(i)) {
+            if self
+                .settled
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&item.id)
+            {
+                continue;
+            }
             match self.item(&item).await {
                 Ok(report) => out.push(report),
                 // Another instance settled it meanwhile.
@@ -419,11 +435,114 @@ impl Run<'_> {
         })
     }
 
+    /// An item waiting on an effect whose outcome is unknown is the consumer's question, never
+    /// the authority's: the type's verification API settles it, else a person. `None` when the
+    /// item is not about an unknown outcome.
+    async fn unknown_outcome(
+        &self,
+        item: &QueueItem,
+        t: Option<&EventType>,
+    ) -> Result<Option<ItemReport>, StoreError> {
+        let Some(effect_id) = &item.existing_effect else {
+            return Ok(None);
+        };
+        let Some(effect) = self.store.effect(effect_id).await? else {
+            return Ok(None);
+        };
+        let unknown = effect.state == EffectState::Unknown
+            || (effect.state == EffectState::Reserved
+                && effect.lease_until.is_some_and(|u| u <= self.now));
+        if !unknown {
+            return Ok(None);
+        }
+        let Some(verifier) = t.and_then(|t| t.verify.as_ref()) else {
+            return self
+                .keep_open(
+                    item,
+                    "no_verifier",
+                    format!("the outcome of effect {effect_id} is unknown and only the consumer can say whether it ran; the type declares no `verify` API: a person resolves it"),
+                    None,
+                )
+                .await
+                .map(Some);
+        };
+        let subject = crate::verifier::Subject {
+            effect_id: effect_id.as_str(),
+            tenant: &item.tenant,
+            provider: &item.provider,
+            env: &item.env,
+            event_type: item.event_type.as_deref().unwrap_or(""),
+        };
+        let (answer, mut evidence) =
+            crate::verifier::ask(self.client.shared_http(), verifier, &subject).await;
+        evidence["at"] = json!(self.now.unix_timestamp());
+        evidence["effect"] = json!(effect_id.as_str());
+        let (verified, verdict, note) = match answer {
+            crate::verifier::Answer::Inconclusive { why } => {
+                return self
+                    .keep_open(item, "inconclusive", why, Some(evidence))
+                    .await
+                    .map(Some);
+            }
+            crate::verifier::Answer::Applied { result } => (
+                oncegate_store::Verified::Applied { result },
+                "duplicate",
+                format!("the consumer's verification API says effect {effect_id} was applied: completed with its result"),
+            ),
+            crate::verifier::Answer::NotApplied => (
+                oncegate_store::Verified::NotApplied,
+                "released",
+                format!("the consumer's verification API says effect {effect_id} was not applied: released as claimable work under a new fencing token"),
+            ),
+        };
+        let settled = self
+            .store
+            .settle_unknown(
+                effect_id,
+                &verified,
+                Resolution {
+                    outcome: ResolutionOutcome::Duplicate,
+                    authoritative_ref: None,
+                    note: note.clone(),
+                    by: VERIFIER.to_owned(),
+                    at: self.now,
+                },
+                &evidence.to_string(),
+            )
+            .await?;
+        self.count(if verdict == "duplicate" {
+            "verified_applied"
+        } else {
+            "verified_not_applied"
+        });
+        if let Some(m) = self.metrics {
+            for i in &settled {
+                m.settled("service", i, self.now);
+            }
+        }
+        self.settled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(settled.iter().map(|i| i.id.clone()));
+        tracing::info!(queue_item = %item.id, effect_id = %effect_id, verdict, settled = settled.len(), "an unknown outcome settled by the consumer's verification API");
+        Ok(Some(ItemReport {
+            item: item.id.clone(),
+            delivery: item.delivery.clone(),
+            verdict,
+            authoritative_ref: None,
+            effect: Some(effect_id.clone()),
+            summary: note,
+        }))
+    }
+
     async fn item(&self, item: &QueueItem) -> Result<ItemReport, StoreError> {
         let t = item
             .event_type
             .as_deref()
             .and_then(|name| self.contract.event_type(&item.provider, name));
+        if let Some(report) = self.unknown_outcome(item, t).await? {
+            return Ok(report);
+        }
         let Some((t, authority)) = t.and_then(|t| t.authority.as_ref().map(|a| (t, a))) else {
             if item.kind == QueueKind::Quarantine {
                 // A collision of a type without an authority is a person's to settle from the
@@ -513,6 +632,18 @@ impl Run<'_> {
                             && e.lease_until.is_some_and(|u| u <= self.now)))
             })
         });
+        if verifying.is_some() {
+            // It became unknown between the two reads: the authority must not settle it.
+            return self
+                .keep_open(
+                    item,
+                    "no_verifier",
+                    "the effect's outcome became unknown: only the consumer can say whether it ran"
+                        .to_owned(),
+                    None,
+                )
+                .await;
+        }
         let declared = reconcile::declared(authority);
         let verdict = reconcile::verdict(
             &declared,

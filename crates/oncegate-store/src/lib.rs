@@ -57,7 +57,7 @@ pub use queue::{
     Proposal, QueueFilter, QueueItem, QueueKind, QueueStatus, Resolution, ResolutionOutcome,
     ResolutionRecord,
 };
-pub use reconciliation::{MissingOperation, ReconcileAttempt, ResourceScope};
+pub use reconciliation::{MissingOperation, ReconcileAttempt, ResourceScope, Verified};
 pub use report::{Report, ReportCounts, ReportRow};
 pub use rescope::{OperationScope, RescopeCounts};
 pub use retention::{PurgeCounts, PurgePolicy};
@@ -231,6 +231,17 @@ pub trait Store: Send + Sync {
         resolution: Resolution,
         evidence: &str,
     ) -> Result<QueueItem, StoreError>;
+
+    /// Settles an effect whose outcome was unknown from the consumer's verification answer:
+    /// completed with its result, or released under fencing + 1; every open item waiting on it
+    /// is resolved `duplicate` with the evidence. `Conflict` when it is no longer unknown.
+    async fn settle_unknown(
+        &self,
+        effect: &EffectId,
+        verified: &Verified,
+        resolution: Resolution,
+        evidence: &str,
+    ) -> Result<Vec<QueueItem>, StoreError>;
 
     /// The resources of one provider's type that effects or queue items were recorded for at
     /// or after `since` (what the invisible-losses sweep asks the authority about).

@@ -976,6 +976,23 @@ impl Store for PgStore {
             .await)
     }
 
+    async fn settle_unknown(
+        &self,
+        effect: &EffectId,
+        verified: &crate::reconciliation::Verified,
+        resolution: Resolution,
+        evidence: &str,
+    ) -> Result<Vec<QueueItem>> {
+        transaction!(self, true, |tx| crate::reconciliation::settle_unknown(
+            &mut tx,
+            effect,
+            verified,
+            &resolution,
+            evidence
+        )
+        .await)
+    }
+
     async fn rescope(
         &self,
         scopes: &[crate::rescope::OperationScope],

@@ -244,6 +244,82 @@ pub(crate) async fn resolve_with_evidence<T: Tx + Send>(
     item_or_missing(tx, id).await
 }
 
+/// What the consumer's verification API answered about an effect whose outcome was unknown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verified {
+    /// The effect ran; its result (JSON text) is recorded as the effect's result.
+    Applied { result: String },
+    /// The effect did not run: it is released as claimable work under the next fencing token,
+    /// so the holder whose lease expired stays refused.
+    NotApplied,
+}
+
+/// Settles an effect whose outcome was unknown from the consumer's answer, in one transaction:
+/// the effect is completed with the consumer's result, or released with fencing + 1, and every
+/// open queue item waiting on it (the "verify before retry" item and any retry's item) is
+/// resolved `duplicate`, linked to it, with `evidence`. `Conflict` when the effect's outcome is
+/// no longer unknown (another instance or a person settled it first).
+pub(crate) async fn settle_unknown<T: Tx + Send>(
+    tx: &mut T,
+    effect: &EffectId,
+    verified: &Verified,
+    resolution: &Resolution,
+    evidence: &str,
+) -> Result<Vec<QueueItem>> {
+    let now = ms(resolution.at);
+    const UNKNOWN: &str = "(state = 'unknown' OR (state = 'reserved' AND lease_until <= $2))";
+    let changed = match verified {
+        Verified::Applied { result } => {
+            tx.exec(
+                &format!(
+                    "UPDATE effects SET state = 'completed', result = $3, lease_until = NULL, holder = NULL,                      updated_at = $2 WHERE id = $1 AND {UNKNOWN}"
+                ),
+                &[text(effect.as_str()), int(now), text(result.as_str())],
+            )
+            .await?
+        }
+        Verified::NotApplied => {
+            tx.exec(
+                &format!(
+                    "UPDATE effects SET state = 'released', fencing_token = fencing_token + 1, lease_until = NULL,                      holder = NULL, updated_at = $2 WHERE id = $1 AND {UNKNOWN}"
+                ),
+                &[text(effect.as_str()), int(now)],
+            )
+            .await?
+        }
+    };
+    if changed == 0 {
+        return Err(StoreError::Conflict(format!(
+            "the outcome of effect {effect} is no longer unknown"
+        )));
+    }
+    let waiting = tx
+        .query(
+            "SELECT id FROM queue_items WHERE existing_effect = $1 AND status = 'open' ORDER BY created_at, id",
+            &[text(effect.as_str())],
+        )
+        .await?;
+    let mut settled = Vec::with_capacity(waiting.len());
+    for row in &waiting {
+        let id: QueueItemId = row
+            .text(0)?
+            .parse()
+            .map_err(|_| StoreError::corrupt("a stored queue item id is malformed"))?;
+        let duplicate = Resolution {
+            outcome: ResolutionOutcome::Duplicate,
+            ..resolution.clone()
+        };
+        operations::resolve(tx, &id, &duplicate).await?;
+        tx.exec(
+            "UPDATE queue_items SET resolution_evidence = $2 WHERE id = $1",
+            &[text(id.as_str()), text(evidence)],
+        )
+        .await?;
+        settled.push(item_or_missing(tx, &id).await?);
+    }
+    Ok(settled)
+}
+
 /// The open reconcile items, least recently attempted first (never attempted ones before
 /// all others, then oldest first), at most `limit`: items that keep failing go to the back,
 /// so they never starve the ones behind them.

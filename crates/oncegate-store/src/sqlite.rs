@@ -819,6 +819,26 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn settle_unknown(
+        &self,
+        effect: &EffectId,
+        verified: &crate::reconciliation::Verified,
+        resolution: Resolution,
+        evidence: &str,
+    ) -> Result<Vec<QueueItem>> {
+        let (effect, verified, evidence) = (effect.clone(), verified.clone(), evidence.to_owned());
+        self.write(true, move |tx| {
+            now_or_never(crate::reconciliation::settle_unknown(
+                tx,
+                &effect,
+                &verified,
+                &resolution,
+                &evidence,
+            ))
+        })
+        .await
+    }
+
     async fn rescope(
         &self,
         scopes: &[crate::rescope::OperationScope],

@@ -348,3 +348,54 @@ fn signature_refusals_name_the_field() {
         &["a name or a list of names"],
     );
 }
+
+#[test]
+fn a_verification_api_is_a_types_own_or_its_providers() {
+    const STRATEGY: &str =
+        "[[providers.p.types.t.strategies]]\nname = \"s\"\nversion = 1\nlevel = \"semantic\"\nfields = [\"/id\"]\n";
+    let provider_wide = "[providers.p]\nevent_type = \"/type\"\nverify = { url = \"https://ledger.internal/effects/{effect_id}\", auth_header = \"Authorization\", auth_secret_env = \"LEDGER_TOKEN\" }\n\n[providers.p.types.t]\ncriticality = \"critical\"\n".to_owned()
+        + STRATEGY
+        + "[providers.p.types.u]\ncriticality = \"critical\"\nverify = { url = \"http://127.0.0.1:7000/u/{tenant}/{effect_id}\" }\n[[providers.p.types.u.strategies]]\nname = \"s2\"\nversion = 1\nlevel = \"semantic\"\nfields = [\"/id\"]\n";
+    let c = parse("c.toml", &provider_wide).expect("valid verification APIs");
+    let t = c.providers["p"].types["t"]
+        .verify
+        .as_ref()
+        .expect("inherited");
+    assert_eq!(t.url, "https://ledger.internal/effects/{effect_id}");
+    assert_eq!(t.auth_header.as_deref(), Some("authorization"));
+    let u = c.providers["p"].types["u"]
+        .verify
+        .as_ref()
+        .expect("its own");
+    assert_eq!(u.url, "http://127.0.0.1:7000/u/{tenant}/{effect_id}");
+    let own = |v: &str| format!("{HEAD}verify = {v}\n{STRATEGY}");
+    refused(
+        &own("{ url = \"https://x.example/effects\" }"),
+        &["verify.url", "must contain {effect_id}"],
+    );
+    refused(
+        &own("{ url = \"https://x.example/{effect}\" }"),
+        &["verify.url", "{effect} is not a known hole"],
+    );
+    refused(
+        &own("{ url = \"ftp://x.example/{effect_id}\" }"),
+        &["verify.url", "http:// or https://"],
+    );
+    refused(
+        &own("{ url = \"https://x.example/{effect_id}\", auth_secret_env = \"T\" }"),
+        &["verify.auth_header", "needs the header"],
+    );
+    let plain = parse(
+        "c.toml",
+        &own("{ url = \"http://ledger.example/{effect_id}\" }"),
+    )
+    .expect("plain http is allowed with a warning");
+    assert!(
+        plain
+            .warnings
+            .iter()
+            .any(|w| w.contains("verification API")),
+        "{:?}",
+        plain.warnings
+    );
+}

@@ -15,6 +15,7 @@ mod safety;
 mod signatures;
 mod tls;
 mod vectors;
+mod verify;
 
 /// Instantiates each scenario once per backend, as `sqlite::<name>` and `postgres::<name>`.
 macro_rules! both_backends {
@@ -69,6 +70,8 @@ both_backends!(
     reconcile::the_worker_publishes_missing_effects,
     reconcile::a_queued_item_is_attempted_as_soon_as_it_is_queued,
     reconcile::a_collision_is_settled_through_the_authority,
+    verify::the_consumer_settles_unknown_outcomes,
+    verify::without_a_verifier_an_unknown_outcome_waits_for_a_person,
     operation_scope::the_second_type_of_one_operation_is_ignored_with_the_first_result,
     operation_scope::a_differing_discriminant_across_the_two_types_is_quarantined,
     operation_scope::thirty_two_racers_across_the_two_types_make_one_process,

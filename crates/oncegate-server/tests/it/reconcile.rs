@@ -408,16 +408,24 @@ pub async fn expired_leases_verify_critical_and_release_reversible(kind: Kind) {
         "a critical effect is never re-run blindly"
     );
 
-    // The authority shows the refund happened: verified, settled, never applied again.
+    // The authority shows the refund at the provider, but whether the consumer applied its
+    // effect only the consumer knows (this type declares no `verify`): a person decides, and
+    // nothing is re-run meanwhile (`verify.rs` covers the consumer's answers).
     fake.set(
         "pay_5",
         json!([{"id": "re_5", "amount": 700, "currency": "EUR"}]),
     );
+    let asked = *fake.asked.lock().unwrap();
     let run = reconcile_once(&config).await.unwrap();
     assert_eq!(run.items.len(), 1, "{run:?}");
-    assert_eq!(run.items[0].verdict, "duplicate", "{run:?}");
+    assert_eq!(run.items[0].verdict, "open", "{run:?}");
+    assert_eq!(
+        *fake.asked.lock().unwrap(),
+        asked,
+        "the authority is never asked about an unknown outcome"
+    );
     let proof = s.proof(crashed.str("delivery_id")).await;
-    assert_eq!(proof.body["effect"]["state"], "completed", "{}", proof.text);
+    assert_eq!(proof.body["effect"]["state"], "unknown", "{}", proof.text);
     assert!(claim(&s).await.is_empty());
 
     // Reversible: released for takeover under a new token; the late holder gets 409.
