@@ -248,6 +248,11 @@ pub async fn serve(
         reconciler_settings,
         authorities,
     ));
+    // Items queued by other instances sharing the store wake this one's reconciler too (a
+    // hint, where the backend has one; the poll remains the guarantee).
+    let hints = reconciler_settings
+        .every
+        .and_then(|_| state.store.listen_for_queued(state.reconcile_wake.clone()));
     let purge = state
         .purge_every
         .map(|every| tokio::spawn(purge::run(state.clone(), every)));
@@ -255,6 +260,9 @@ pub async fn serve(
     connection::serve(listener, app, deadlines, shutdown).await;
     upkeep.abort();
     reconciler.abort();
+    if let Some(hints) = hints {
+        hints.abort();
+    }
     if let Some(purge) = purge {
         purge.abort();
     }

@@ -50,7 +50,7 @@ pub(crate) struct Inner {
     /// Wakes the reconciler as soon as an item is queued (a quarantine or a reconcile), so an
     /// item is attempted right away instead of at the next poll; `Notify` keeps one permit,
     /// so a burst of deliveries makes one run, not one per delivery.
-    pub reconcile_wake: tokio::sync::Notify,
+    pub reconcile_wake: Arc<tokio::sync::Notify>,
     backlog: Mutex<Vec<Undecided>>,
 }
 
@@ -89,7 +89,7 @@ impl AppState {
             clock: config.clock,
             limits,
             metrics: Metrics::new(),
-            reconcile_wake: tokio::sync::Notify::new(),
+            reconcile_wake: Arc::new(tokio::sync::Notify::new()),
             backlog: Mutex::new(Vec::new()),
         }))
     }

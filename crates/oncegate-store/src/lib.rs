@@ -40,6 +40,7 @@ mod sql;
 pub mod sqlite;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod wakeup;
 
 pub use alias::{MigrationSource, NewAlias};
 pub use breaker::{Breaker, BreakerRecord, BreakerRule, BreakerScope, BreakerState};
@@ -312,6 +313,17 @@ pub trait Store: Send + Sync {
     /// Records that `alias.key` (made by another strategy version) names `alias.effect`, so a
     /// decision whose key holds nothing finds that effect. False when the key was already held.
     async fn record_alias(&self, alias: &NewAlias) -> Result<bool, StoreError>;
+
+    /// Starts a task that notifies `wake` whenever another instance sharing the store queued an
+    /// item (a hint: PostgreSQL's LISTEN/NOTIFY); `None` when the backend has no such channel.
+    /// The caller aborts the task when it stops.
+    fn listen_for_queued(
+        &self,
+        wake: Arc<tokio::sync::Notify>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let _ = wake;
+        None
+    }
 
     /// Moves the keys that operation-scoped strategies wrote under their event type (before
     /// keys were scoped by the operation) to the operation's scope, in one transaction;

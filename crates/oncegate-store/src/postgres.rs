@@ -92,6 +92,8 @@ async fn retry_pause(attempt: usize) {
 /// The PostgreSQL store.
 pub struct PgStore {
     pool: Pool,
+    /// For the queue listener's own connection (outside the pool).
+    config: tokio_postgres::Config,
     /// The scopes of the deliveries this instance journaled and has not decided yet, so the
     /// decision that usually follows at once need not read them back (one round trip less).
     /// Bounded; a delivery missing here is simply read.
@@ -134,7 +136,7 @@ impl PgStore {
             config.connect_timeout(POOL_TIMEOUT);
         }
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -152,6 +154,7 @@ impl PgStore {
             })?;
         let store = PgStore {
             pool,
+            config,
             journaled: Mutex::default(),
         };
         store.migrate().await?;
@@ -749,7 +752,13 @@ impl Store for PgStore {
                 Err(_) if run.serialization_failure && attempt < MAX_TX_ATTEMPTS => {
                     retry_pause(attempt).await
                 }
-                result => return result,
+                result => {
+                    if matches!(&result, Ok(o) if o.queue_item.is_some()) {
+                        // Committed: other instances' reconcilers may take it now.
+                        crate::wakeup::notify(&client).await;
+                    }
+                    return result;
+                }
             }
         }
     }
@@ -795,8 +804,21 @@ impl Store for PgStore {
     }
 
     async fn expire_leases(&self, now: OffsetDateTime) -> Result<Vec<EffectId>> {
-        transaction!(self, true, |tx| operations::expire_leases(&mut tx, now)
-            .await)
+        let expired = transaction!(self, true, |tx| operations::expire_leases(&mut tx, now)
+            .await)?;
+        if !expired.is_empty() {
+            if let Ok(client) = self.pool.get().await {
+                crate::wakeup::notify(&client).await;
+            }
+        }
+        Ok(expired)
+    }
+
+    fn listen_for_queued(
+        &self,
+        wake: std::sync::Arc<tokio::sync::Notify>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        Some(crate::wakeup::listen(self.config.clone(), wake))
     }
 
     async fn delivery(&self, id: &DeliveryId) -> Result<Option<DeliveryRecord>> {

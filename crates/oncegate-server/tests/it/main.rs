@@ -94,3 +94,9 @@ async fn postgres_store_unavailable_answers_503_and_recovers() {
 async fn postgres_a_statement_the_database_refuses_is_internal_not_unavailable() {
     limits::a_statement_the_database_refuses_is_internal_not_unavailable().await;
 }
+
+/// The queue hint travels between instances on PostgreSQL (LISTEN/NOTIFY).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_sibling_instance_is_woken_by_the_queue_hint() {
+    reconcile::a_sibling_instance_is_woken_by_the_queue_hint().await;
+}

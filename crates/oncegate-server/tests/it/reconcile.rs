@@ -672,3 +672,63 @@ pub async fn a_collision_is_settled_through_the_authority(kind: Kind) {
     assert_eq!(item["resolution"]["outcome"], "duplicate", "{item}");
     s.stop().await;
 }
+
+/// Two instances share one PostgreSQL store. The first (whose own worker is off) queues the
+/// second refund; the second instance's reconciler, polling only hourly, settles it at once:
+/// woken by the first one's NOTIFY.
+pub async fn a_sibling_instance_is_woken_by_the_queue_hint() {
+    let (fake, base) = authority().await;
+    fake.set(
+        "pay_n1",
+        json!([{"id": "re_1", "amount": 300, "currency": "EUR"}, {"id": "re_2", "amount": 300, "currency": "EUR"}]),
+    );
+    let (s, config) = start(Kind::Postgres, &base, None).await;
+    let url = s.backend.as_ref().unwrap().url.clone();
+    let mut sibling = config.clone();
+    sibling.store = oncegate_store::open(&url).await.unwrap();
+    sibling.reconciler.every = Some(Duration::from_secs(3600));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(oncegate_server::serve(listener, sibling, async move {
+        let _ = stopped.await;
+    }));
+    // The hint is only a hint: wait until the sibling listens, or it could be missed.
+    let db = pg_admin(&url).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let n: i64 = db
+            .query_one(
+                "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN oncegate_queue%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if n > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the sibling never listened");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+
+    let first = s
+        .payflow("acme", &refund("pay_n1", "300", "2024-05-03T09:00:00Z"))
+        .await;
+    complete(&s, &first, json!({"refund": "re_1"})).await;
+    let second = s
+        .payflow("acme", &refund("pay_n1", "300", "2024-05-03T09:04:00Z"))
+        .await;
+    assert_eq!(second.str("action"), "reconcile", "{}", second.text);
+    let item = wait_for(
+        &s,
+        second.str("delivery_id"),
+        "the sibling settles it",
+        |i| i["status"] == "resolved",
+    )
+    .await;
+    assert_eq!(item["resolution"]["outcome"], "distinct", "{item}");
+    let _ = stop.send(());
+    let _ = task.await;
+    drop(db);
+    s.stop().await;
+}
