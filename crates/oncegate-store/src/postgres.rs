@@ -56,7 +56,7 @@ use crate::effect::{Claim, EffectRecord};
 use crate::error::StoreError;
 use crate::operations;
 use crate::plan::Scope;
-use crate::queue::{QueueFilter, QueueItem, Resolution};
+use crate::queue::{QueueFilter, QueueItem, QueuePage, Resolution};
 use crate::reconciliation::{self, MissingOperation, ReconcileAttempt, ResourceScope};
 use crate::report::Report;
 use crate::retention::{PurgeCounts, PurgePolicy};
@@ -818,6 +818,11 @@ impl Store for PgStore {
 
     async fn queue_list(&self, filter: &QueueFilter) -> Result<Vec<QueueItem>> {
         transaction!(self, true, |tx| operations::queue_list(&mut tx, filter)
+            .await)
+    }
+
+    async fn queue_page(&self, filter: &QueueFilter) -> Result<QueuePage> {
+        transaction!(self, true, |tx| operations::queue_page(&mut tx, filter)
             .await)
     }
 

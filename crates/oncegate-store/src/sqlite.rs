@@ -42,7 +42,7 @@ use crate::delivery::{
 use crate::effect::{Claim, EffectRecord};
 use crate::error::StoreError;
 use crate::operations;
-use crate::queue::{QueueFilter, QueueItem, Resolution};
+use crate::queue::{QueueFilter, QueueItem, QueuePage, Resolution};
 use crate::reconciliation::{self, MissingOperation, ReconcileAttempt, ResourceScope};
 use crate::report::Report;
 use crate::retention::{PurgeCounts, PurgePolicy};
@@ -639,6 +639,12 @@ impl Store for SqliteStore {
     async fn queue_list(&self, filter: &QueueFilter) -> Result<Vec<QueueItem>> {
         let filter = filter.clone();
         self.read(move |tx| now_or_never(operations::queue_list(tx, &filter)))
+            .await
+    }
+
+    async fn queue_page(&self, filter: &QueueFilter) -> Result<QueuePage> {
+        let filter = filter.clone();
+        self.read(move |tx| now_or_never(operations::queue_page(tx, &filter)))
             .await
     }
 
