@@ -168,5 +168,6 @@ mod queue_on {
         a_retry_resolved_distinct_leaves_the_unknown_effect_alone,
         paging_returns_each_item_once_in_order_while_items_arrive,
         filters_and_counts_narrow_the_queue,
+        a_delivery_id_names_its_one_open_item_or_is_ambiguous,
     );
 }

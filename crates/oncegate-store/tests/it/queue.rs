@@ -617,3 +617,44 @@ pub async fn filters_and_counts_narrow_the_queue(b: &Backend) {
         c(0, 0, 1, 1)
     );
 }
+
+pub async fn a_delivery_id_names_its_one_open_item_or_is_ambiguous(b: &Backend) {
+    use oncegate_store::DeliveryItems;
+    let store = b.open().await;
+    let (verify, retry, _, _, late) = unknown_with_two_items(&store, "k1").await;
+    let of = |delivery: DeliveryId| {
+        let store = store.clone();
+        async move {
+            store
+                .queue_list(&QueueFilter {
+                    status: None,
+                    delivery: Some(delivery),
+                    ..QueueFilter::default()
+                })
+                .await
+                .unwrap()
+        }
+    };
+    let v = store.queue_item(&verify).await.unwrap().unwrap();
+    let items = of(v.delivery.clone()).await;
+    assert_eq!(DeliveryItems::of(&items), DeliveryItems::Open(&v));
+    assert_eq!(DeliveryItems::of(&[]), DeliveryItems::None);
+    // Two open items under one delivery: neither is picked for the caller.
+    let mut r = store.queue_item(&retry).await.unwrap().unwrap();
+    r.delivery = v.delivery.clone();
+    let both = vec![v.clone(), r.clone()];
+    assert_eq!(
+        DeliveryItems::of(&both),
+        DeliveryItems::Ambiguous(vec![verify.clone(), retry.clone()])
+    );
+    // Once resolved, the delivery names its latest item, which is resolved.
+    store
+        .resolve(&verify, by("alice", ResolutionOutcome::Duplicate, late))
+        .await
+        .unwrap();
+    let items = of(v.delivery.clone()).await;
+    match DeliveryItems::of(&items) {
+        DeliveryItems::Resolved(item) => assert_eq!(item.id, verify),
+        other => panic!("expected Resolved, got {other:?}"),
+    }
+}
