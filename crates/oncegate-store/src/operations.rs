@@ -1116,8 +1116,10 @@ pub(crate) async fn queue_list<T: Tx + Send>(
         // later, so they sort after the cursor and never shift a page already handed out.
         let c = q.bind(int(ms(after.created_at)));
         let i = q.bind(text(after.id.as_str()));
+        // The `>=` bound alone is what an index on `created_at` can seek to; the rest drops
+        // the items of the cursor's own instant up to and including its id.
         q.push(&format!(
-            " AND (q.created_at > {c} OR (q.created_at = {c} AND q.id > {i}))"
+            " AND q.created_at >= {c} AND (q.created_at > {c} OR q.id > {i})"
         ));
     }
     let p = q.bind(int(i64::from(f.limit)));
