@@ -1,14 +1,17 @@
 //! `oncegate queue list|show|resolve`: the ambiguity queue worked from a terminal, straight on
-//! the store. `resolve` follows the same rules as `POST /v1/queue/{delivery_id}/resolve`: the
-//! item is found through the delivery's proof, an item is resolved once, and `distinct`
-//! releases a claimable effect carrying the authoritative reference.
+//! the store. `list` pages and filters as `GET /v1/queue` does; `show` and `resolve` take the
+//! item's queue item id (`q_…`) or its delivery id (`dlv_…`) and follow the same rules as
+//! `POST /v1/queue/{id}/resolve`: a delivery with several open items must be named by one of
+//! them, an item is resolved once, and `distinct` releases a claimable effect carrying the
+//! authoritative reference.
 
 use anyhow::{anyhow, bail, Result};
 use comfy_table::{presets::UTF8_FULL, ContentArrangement, Table};
 use oncegate_core::ids::DeliveryId;
+use oncegate_server::parse_instant;
 use oncegate_store::{
-    DeliveryRecord, QueueFilter, QueueItem, QueueKind, QueueStatus, Resolution, ResolutionOutcome,
-    Store,
+    DeliveryItems, DeliveryRecord, QueueCursor, QueueFilter, QueueItem, QueueKind, QueueRef,
+    QueueStatus, Resolution, ResolutionOutcome, StatusCounts, Store,
 };
 use std::fmt::Write as _;
 use time::format_description::well_known::Rfc3339;
@@ -21,20 +24,35 @@ fn when(t: OffsetDateTime) -> String {
 /// Payloads are shown up to this many bytes each, so a huge body cannot flood the terminal.
 const PAYLOAD_SHOWN: usize = 4096;
 
-pub async fn list(
-    store: &dyn Store,
-    kind: Option<&str>,
-    status: Option<&str>,
-    limit: u32,
-) -> Result<String> {
-    let kind = match kind {
+/// What `queue list` selects: the same filters as `GET /v1/queue`.
+#[derive(Debug, Default, Clone)]
+pub struct ListArgs<'a> {
+    pub kind: Option<&'a str>,
+    pub status: Option<&'a str>,
+    pub provider: Option<&'a str>,
+    pub event_type: Option<&'a str>,
+    pub older_than: Option<&'a str>,
+    pub newer_than: Option<&'a str>,
+    pub limit: u32,
+    pub after: Option<&'a str>,
+}
+
+/// A page holds at most this many items, as over HTTP.
+const MAX_LIST: u32 = 1000;
+
+fn counts_text(c: StatusCounts) -> String {
+    format!("{} open, {} resolved", c.open, c.resolved)
+}
+
+pub async fn list(store: &dyn Store, a: ListArgs<'_>) -> Result<String> {
+    let kind = match a.kind {
         None | Some("all") => None,
         Some(k) => Some(
             QueueKind::parse(k)
                 .ok_or_else(|| anyhow!("--kind {k:?} is not quarantine, reconcile or all"))?,
         ),
     };
-    let status = match status {
+    let status = match a.status {
         None | Some("open") => Some(QueueStatus::Open),
         Some("all") => None,
         Some(s) => Some(
@@ -42,23 +60,49 @@ pub async fn list(
                 .ok_or_else(|| anyhow!("--status {s:?} is not open, resolved or all"))?,
         ),
     };
+    if a.limit == 0 || a.limit > MAX_LIST {
+        bail!("--limit {} is not between 1 and {MAX_LIST}", a.limit);
+    }
+    let now = OffsetDateTime::now_utc();
+    let instant = |flag: &str, v: Option<&str>| {
+        v.map(|t| parse_instant(t, now).map_err(|e| anyhow!("{flag}: {e}")))
+            .transpose()
+    };
     let filter = QueueFilter {
         status,
         kind,
-        limit,
+        limit: a.limit,
+        provider: a.provider.map(str::to_owned),
+        event_type: a.event_type.map(str::to_owned),
+        created_before: instant("--older-than", a.older_than)?,
+        created_since: instant("--newer-than", a.newer_than)?,
+        after: a
+            .after
+            .map(|c| {
+                c.parse::<QueueCursor>()
+                    .map_err(|e| anyhow!("--after: {e}"))
+            })
+            .transpose()?,
         ..QueueFilter::default()
     };
-    let items = store.queue_list(&filter).await?;
-    if items.is_empty() {
-        return Ok("the queue has no item matching this filter\n".to_owned());
+    let page = store.queue_page(&filter).await?;
+    let counts = format!(
+        "quarantine: {}; reconcile: {}\n",
+        counts_text(page.counts.quarantine),
+        counts_text(page.counts.reconcile)
+    );
+    if page.items.is_empty() {
+        return Ok(format!(
+            "the queue has no item matching this filter\n{counts}"
+        ));
     }
-    let now = OffsetDateTime::now_utc();
     let mut table = Table::new();
     table
         .load_preset(UTF8_FULL)
         .set_content_arrangement(ContentArrangement::Disabled)
         .set_header([
             "delivery",
+            "queue item",
             "kind",
             "status",
             "tenant/provider/env/type",
@@ -66,9 +110,10 @@ pub async fn list(
             "proposed",
             "reference",
         ]);
-    for i in &items {
+    for i in &page.items {
         table.add_row([
             i.delivery.to_string(),
+            i.id.to_string(),
             i.kind.as_str().to_owned(),
             i.status.as_str().to_owned(),
             format!(
@@ -86,7 +131,14 @@ pub async fn list(
                 .unwrap_or_else(|| "-".to_owned()),
         ]);
     }
-    Ok(format!("{table}\n{} item(s)\n", items.len()))
+    let next = match &page.next {
+        Some(c) => format!("next page: --after {c}\n"),
+        None => String::new(),
+    };
+    Ok(format!(
+        "{table}\n{} item(s)\n{counts}{next}",
+        page.items.len()
+    ))
 }
 
 fn age(d: time::Duration) -> String {
@@ -99,30 +151,53 @@ fn age(d: time::Duration) -> String {
     }
 }
 
-/// The queue item of a delivery, found through its proof as the API does.
-async fn item_of(store: &dyn Store, id: &DeliveryId) -> Result<QueueItem> {
-    let proof = match store.proof(id).await? {
-        Some(p) => p,
-        None if store.delivery(id).await?.is_some() => {
-            bail!("delivery {id} has no recorded decision, so nothing to resolve")
-        }
-        None => bail!("no delivery {id} in this store"),
-    };
-    let item = proof.queue_item.ok_or_else(|| {
-        anyhow!(
+/// Why a delivery has no queue item, as the API says it.
+async fn not_queued(store: &dyn Store, id: &DeliveryId) -> Result<anyhow::Error> {
+    Ok(match store.proof(id).await? {
+        Some(p) => anyhow!(
             "delivery {id} was decided `{}`; it is not in the queue",
-            proof.action.as_str()
-        )
-    })?;
-    store
-        .queue_item(&item)
-        .await?
-        .ok_or_else(|| anyhow!("the queue item of delivery {id} is gone (purged)"))
+            p.action.as_str()
+        ),
+        None if store.delivery(id).await?.is_some() => {
+            anyhow!("delivery {id} has no recorded decision, so nothing to resolve")
+        }
+        None => anyhow!("no delivery {id} in this store"),
+    })
 }
 
-fn parse_id(raw: &str) -> Result<DeliveryId> {
-    raw.parse()
-        .map_err(|e| anyhow!("{raw:?} is not a delivery id: {e}"))
+/// The item `raw` names: a queue item id, or a delivery id whose one open item (else its
+/// latest item) is meant, as the API finds it.
+async fn item_of(store: &dyn Store, raw: &str) -> Result<QueueItem> {
+    let target: QueueRef = raw.parse().map_err(|_| {
+        anyhow!("{raw:?} is neither a queue item id (q_…) nor a delivery id (dlv_…)")
+    })?;
+    match target {
+        QueueRef::Item(id) => store
+            .queue_item(&id)
+            .await?
+            .ok_or_else(|| anyhow!("no queue item {id} in this store")),
+        QueueRef::Delivery(id) => {
+            let items = store
+                .queue_list(&QueueFilter {
+                    status: None,
+                    delivery: Some(id.clone()),
+                    ..QueueFilter::default()
+                })
+                .await?;
+            match DeliveryItems::of(&items) {
+                DeliveryItems::Open(item) | DeliveryItems::Resolved(item) => Ok(item.clone()),
+                DeliveryItems::Ambiguous(ids) => bail!(
+                    "delivery {id} has {} open queue items ({}): name one by its queue item id",
+                    ids.len(),
+                    ids.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                DeliveryItems::None => Err(not_queued(store, &id).await?),
+            }
+        }
+    }
 }
 
 fn payload_text(d: Option<&DeliveryRecord>) -> String {
@@ -146,8 +221,8 @@ fn payload_text(d: Option<&DeliveryRecord>) -> String {
 }
 
 pub async fn show(store: &dyn Store, raw: &str) -> Result<String> {
-    let id = parse_id(raw)?;
-    let item = item_of(store, &id).await?;
+    let item = item_of(store, raw).await?;
+    let id = item.delivery.clone();
     let delivery = store.delivery(&id).await?;
     let reference = match &item.first_delivery {
         Some(r) => store.delivery(r).await?,
@@ -267,7 +342,8 @@ pub async fn show(store: &dyn Store, raw: &str) -> Result<String> {
 }
 
 pub struct ResolveArgs<'a> {
-    pub delivery: &'a str,
+    /// A queue item id or a delivery id.
+    pub id: &'a str,
     pub outcome: &'a str,
     pub authoritative_ref: Option<&'a str>,
     pub note: &'a str,
@@ -275,16 +351,19 @@ pub struct ResolveArgs<'a> {
 }
 
 pub async fn resolve(store: &dyn Store, a: ResolveArgs<'_>) -> Result<String> {
-    let id = parse_id(a.delivery)?;
     let outcome = ResolutionOutcome::parse(a.outcome)
         .ok_or_else(|| anyhow!("--outcome {:?} is not distinct or duplicate", a.outcome))?;
     let by = a.by.trim();
     if by.is_empty() {
         bail!("--by must name who resolves the item");
     }
-    let item = item_of(store, &id).await?;
+    let item = item_of(store, a.id).await?;
+    let id = item.delivery.clone();
     if item.resolution.is_some() {
-        bail!("the queue item of delivery {id} is already resolved");
+        bail!(
+            "queue item {} of delivery {id} is already resolved",
+            item.id
+        );
     }
     let resolution = Resolution {
         outcome,
@@ -300,8 +379,11 @@ pub async fn resolve(store: &dyn Store, a: ResolveArgs<'_>) -> Result<String> {
         .resolve(&item.id, resolution)
         .await
         .map_err(|e| match e {
-            oncegate_store::StoreError::Conflict(_) => {
-                anyhow!("the queue item of delivery {id} is already resolved")
+            oncegate_store::StoreError::Conflict(why) => {
+                anyhow!(
+                    "queue item {} of delivery {id} was not resolved: {why}",
+                    item.id
+                )
             }
             other => other.into(),
         })?;
@@ -312,19 +394,26 @@ pub async fn resolve(store: &dyn Store, a: ResolveArgs<'_>) -> Result<String> {
         .map(ToString::to_string);
     Ok(match (outcome, effect) {
         (ResolutionOutcome::Distinct, Some(e)) => {
-            format!("{id}: resolved distinct: released as effect {e}, claimable work\n")
+            format!(
+                "{id} ({}): resolved distinct: released as effect {e}, claimable work\n",
+                resolved.id
+            )
         }
         (ResolutionOutcome::Duplicate, Some(e)) => {
-            format!("{id}: resolved duplicate: linked to effect {e}\n")
+            format!(
+                "{id} ({}): resolved duplicate: linked to effect {e}\n",
+                resolved.id
+            )
         }
-        (o, None) => format!("{id}: resolved {}\n", o.as_str()),
+        (o, None) => format!("{id} ({}): resolved {}\n", resolved.id, o.as_str()),
     })
 }
 
 /// `oncegate queue …`
 #[derive(clap::Subcommand)]
 pub enum QueueCommand {
-    /// Queue items, oldest first: quarantined collisions and deliveries to reconcile.
+    /// Queue items, oldest first, a page at a time: quarantined collisions and deliveries to
+    /// reconcile, with counts per kind and status.
     List {
         /// `quarantine`, `reconcile` or `all`.
         #[arg(long)]
@@ -332,20 +421,38 @@ pub enum QueueCommand {
         /// `open` (default), `resolved` or `all`.
         #[arg(long)]
         status: Option<String>,
+        /// Only this provider's items.
+        #[arg(long)]
+        provider: Option<String>,
+        /// Only items of this event type.
+        #[arg(long = "type")]
+        event_type: Option<String>,
+        /// Queued before: a duration back from now (`2h`, `7d`) or an RFC 3339 instant.
+        #[arg(long)]
+        older_than: Option<String>,
+        /// Queued at or after: a duration back from now or an RFC 3339 instant.
+        #[arg(long)]
+        newer_than: Option<String>,
+        /// Items per page (1 to 1000).
         #[arg(long, default_value_t = 100)]
         limit: u32,
+        /// Start after this cursor (the `next page: --after …` of the previous page).
+        #[arg(long)]
+        after: Option<String>,
         #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
         store: String,
     },
-    /// One item: the delivery, its reference, the differences and payloads side by side, the existing result.
+    /// One item (by queue item id or delivery id): the delivery, its reference, the differences and payloads side by side, the existing result.
     Show {
-        delivery_id: String,
+        /// A queue item id (`q_…`) or a delivery id (`dlv_…`).
+        id: String,
         #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
         store: String,
     },
     /// Settle an item as `distinct` (released as new claimable work) or `duplicate` (linked).
     Resolve {
-        delivery_id: String,
+        /// A queue item id (`q_…`) or a delivery id (`dlv_…`).
+        id: String,
         #[arg(long)]
         outcome: String,
         /// The provider's own reference of the operation (for `distinct`).
@@ -367,18 +474,36 @@ pub fn main(command: QueueCommand) -> Result<()> {
             QueueCommand::List {
                 kind,
                 status,
+                provider,
+                event_type,
+                older_than,
+                newer_than,
                 limit,
+                after,
                 store,
             } => {
                 let store = oncegate_store::open(store).await?;
-                list(store.as_ref(), kind.as_deref(), status.as_deref(), *limit).await?
+                list(
+                    store.as_ref(),
+                    ListArgs {
+                        kind: kind.as_deref(),
+                        status: status.as_deref(),
+                        provider: provider.as_deref(),
+                        event_type: event_type.as_deref(),
+                        older_than: older_than.as_deref(),
+                        newer_than: newer_than.as_deref(),
+                        limit: *limit,
+                        after: after.as_deref(),
+                    },
+                )
+                .await?
             }
-            QueueCommand::Show { delivery_id, store } => {
+            QueueCommand::Show { id, store } => {
                 let store = oncegate_store::open(store).await?;
-                show(store.as_ref(), delivery_id).await?
+                show(store.as_ref(), id).await?
             }
             QueueCommand::Resolve {
-                delivery_id,
+                id,
                 outcome,
                 authoritative_ref,
                 note,
@@ -389,7 +514,7 @@ pub fn main(command: QueueCommand) -> Result<()> {
                 resolve(
                     store.as_ref(),
                     ResolveArgs {
-                        delivery: delivery_id,
+                        id,
                         outcome,
                         authoritative_ref: authoritative_ref.as_deref(),
                         note,

@@ -43,6 +43,7 @@ mod connection;
 mod deadline;
 mod error;
 mod ingest;
+mod instant;
 mod logging;
 mod metrics;
 mod purge;
@@ -61,6 +62,7 @@ mod wire;
 pub use auth::{ApiToken, Role};
 pub use authority::{AuthorityError, AuthorityPolicy};
 pub use error::ApiError;
+pub use instant::{parse_instant, InstantError};
 pub use logging::init_logging;
 pub use reconciler::{
     reconcile_once, ItemReport, ReconcileError, ReconcilerSettings, RunReport, SweepReport,

@@ -343,6 +343,7 @@ impl Metrics {
                 kind: Some(kind),
                 provider: None,
                 limit: QUEUE_SCAN_LIMIT,
+                ..QueueFilter::default()
             };
             if let Ok(items) = store.queue_list(&filter).await {
                 let labels = KindLabels {

@@ -233,6 +233,15 @@ pub(crate) struct QueueQuery {
     pub status: Option<String>,
     pub provider: Option<String>,
     pub limit: Option<u32>,
+    /// The delivery's event type.
+    #[serde(rename = "type")]
+    pub event_type: Option<String>,
+    /// Queued before: a duration back from now (`90s`, `15m`, `2h`, `7d`) or an RFC 3339 instant.
+    pub older_than: Option<String>,
+    /// Queued at or after: a duration back from now or an RFC 3339 instant.
+    pub newer_than: Option<String>,
+    /// The `next` of the previous page, unchanged.
+    pub after: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -270,6 +279,22 @@ pub(crate) struct QueueItemBody {
 #[derive(Debug, Serialize)]
 pub(crate) struct QueueListBody {
     pub items: Vec<QueueItemBody>,
+    /// Pass as `after` for the next page; `null` on the last one.
+    pub next: Option<String>,
+    /// Items per kind and status under the tenant, provider, type and age filters.
+    pub counts: QueueCountsBody,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct QueueCountsBody {
+    pub quarantine: StatusCountsBody,
+    pub reconcile: StatusCountsBody,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct StatusCountsBody {
+    pub open: u64,
+    pub resolved: u64,
 }
 
 #[derive(Debug, Deserialize)]

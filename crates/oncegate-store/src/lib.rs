@@ -36,6 +36,7 @@ mod operations;
 mod plan;
 pub mod postgres;
 mod schema;
+mod settlement;
 mod sql;
 pub mod sqlite;
 #[cfg(feature = "testing")]
@@ -55,13 +56,15 @@ pub use delivery::{
 pub use effect::{Claim, EffectLink, EffectRecord, EffectState, LinkKind};
 pub use error::StoreError;
 pub use queue::{
-    Proposal, QueueFilter, QueueItem, QueueKind, QueueStatus, Resolution, ResolutionOutcome,
-    ResolutionRecord,
+    CursorError, DeliveryItems, Proposal, QueueCounts, QueueCursor, QueueFilter, QueueItem,
+    QueueKind, QueuePage, QueueRef, QueueStatus, Resolution, ResolutionOutcome, ResolutionRecord,
+    StatusCounts,
 };
-pub use reconciliation::{MissingOperation, ReconcileAttempt, ResourceScope, Verified};
+pub use reconciliation::{MissingOperation, ReconcileAttempt, ResourceScope};
 pub use report::{Report, ReportCounts, ReportRow};
 pub use rescope::{OperationScope, RescopeCounts};
 pub use retention::{PurgeCounts, PurgePolicy};
+pub use settlement::Verified;
 pub use shadow::{ShadowCount, ShadowDisagreement, ShadowObservation, ShadowPrior};
 
 /// The decision matrix as the store runs it: pure, synchronous, and possibly run more than
@@ -177,11 +180,21 @@ pub trait Store: Send + Sync {
     /// Queue items matching the filter, oldest first.
     async fn queue_list(&self, filter: &QueueFilter) -> Result<Vec<QueueItem>, StoreError>;
 
+    /// One page of the listing (oldest first, after `filter.after`), where the next page
+    /// starts, and the counts per kind and status under the filter's tenant, provider, type and
+    /// age, all read in one transaction.
+    async fn queue_page(&self, filter: &QueueFilter) -> Result<QueuePage, StoreError>;
+
     async fn queue_item(&self, id: &QueueItemId) -> Result<Option<QueueItem>, StoreError>;
 
     /// Settles an open queue item: `distinct` releases the delivery as a new claimable effect
     /// carrying the authoritative reference; `duplicate` links it to the existing effect.
     /// Resolving an item twice is a `Conflict`.
+    ///
+    /// An item waiting on an effect whose outcome is unknown settles that effect and every
+    /// other item waiting on it, in the same transaction: `duplicate` completes it; `distinct`
+    /// on its verify item releases that same effect once (never by the reconciler); see
+    /// `settlement`.
     async fn resolve(
         &self,
         item: &QueueItemId,

@@ -25,8 +25,8 @@ use crate::effect::{Claim, EffectLink, EffectRecord, EffectState, LinkKind};
 use crate::error::StoreError;
 use crate::plan::{self, EffectRow, Plan, Scope, MAX_ATTEMPTS};
 use crate::queue::{
-    Proposal, QueueFilter, QueueItem, QueueKind, QueueStatus, Resolution, ResolutionOutcome,
-    ResolutionRecord,
+    Proposal, QueueCounts, QueueCursor, QueueFilter, QueueItem, QueueKind, QueuePage, QueueStatus,
+    Resolution, ResolutionOutcome, ResolutionRecord,
 };
 use crate::report::{Report, ReportCounts, ReportRow};
 use crate::retention::{PurgeCounts, PurgePolicy};
@@ -431,7 +431,12 @@ fn insert_effect(e: NewEffect<'_>) -> Statement {
     )
 }
 
-fn link(effect: &EffectId, delivery: &DeliveryId, kind: LinkKind, now: i64) -> Statement {
+pub(crate) fn link(
+    effect: &EffectId,
+    delivery: &DeliveryId,
+    kind: LinkKind,
+    now: i64,
+) -> Statement {
     (
         "INSERT INTO links (effect_id, delivery_id, kind, at) VALUES ($1, $2, $3, $4) \
          ON CONFLICT (effect_id, delivery_id, kind) DO NOTHING",
@@ -1080,6 +1085,22 @@ pub(crate) async fn queue_item<T: Tx + Send>(
     rows.first().map(queue_from).transpose()
 }
 
+/// The filters a listing and its counts share: tenant, provider, type, delivery and age.
+fn queue_scope(q: &mut Query, f: &QueueFilter) {
+    q.tenants("q.tenant", &f.tenants);
+    q.eq_if("q.provider", f.provider.as_deref());
+    q.eq_if("q.event_type", f.event_type.as_deref());
+    q.eq_if("q.delivery_id", f.delivery.as_ref().map(DeliveryId::as_str));
+    if let Some(before) = f.created_before {
+        let p = q.bind(int(ms(before)));
+        q.push(&format!(" AND q.created_at < {p}"));
+    }
+    if let Some(since) = f.created_since {
+        let p = q.bind(int(ms(since)));
+        q.push(&format!(" AND q.created_at >= {p}"));
+    }
+}
+
 pub(crate) async fn queue_list<T: Tx + Send>(
     tx: &mut T,
     f: &QueueFilter,
@@ -1087,14 +1108,101 @@ pub(crate) async fn queue_list<T: Tx + Send>(
     let mut q = Query::new(&format!(
         "SELECT {QUEUE_COLS} FROM queue_items q WHERE 1 = 1"
     ));
-    q.tenants("q.tenant", &f.tenants);
+    queue_scope(&mut q, f);
     q.eq_if("q.status", f.status.map(QueueStatus::as_str));
     q.eq_if("q.kind", f.kind.map(QueueKind::as_str));
-    q.eq_if("q.provider", f.provider.as_deref());
+    if let Some(after) = &f.after {
+        // Keyset paging on the listing's own order: rows inserted meanwhile are created
+        // later, so they sort after the cursor and never shift a page already handed out.
+        let c = q.bind(int(ms(after.created_at)));
+        let i = q.bind(text(after.id.as_str()));
+        // The `>=` bound alone is what an index on `created_at` can seek to; the rest drops
+        // the items of the cursor's own instant up to and including its id.
+        q.push(&format!(
+            " AND q.created_at >= {c} AND (q.created_at > {c} OR q.id > {i})"
+        ));
+    }
     let p = q.bind(int(i64::from(f.limit)));
     q.push(&format!(" ORDER BY q.created_at, q.id LIMIT {p}"));
     let rows = tx.query(&q.sql, &q.params).await?;
     rows.iter().map(queue_from).collect()
+}
+
+/// Items per kind and status under the filter's tenant, provider, type, delivery and age.
+pub(crate) async fn queue_counts<T: Tx + Send>(tx: &mut T, f: &QueueFilter) -> Result<QueueCounts> {
+    let mut q = Query::new("SELECT q.kind, q.status, COUNT(*) FROM queue_items q WHERE 1 = 1");
+    queue_scope(&mut q, f);
+    q.push(" GROUP BY q.kind, q.status");
+    let mut counts = QueueCounts::default();
+    for row in tx.query(&q.sql, &q.params).await? {
+        let (kind, status) = (row.text(0)?, row.text(1)?);
+        let kind = QueueKind::parse(&kind)
+            .ok_or_else(|| StoreError::corrupt(format!("unknown queue kind {kind:?}")))?;
+        let n = row.int(2)?.max(0) as u64;
+        let slot = counts.of(kind);
+        match QueueStatus::parse(&status) {
+            Some(QueueStatus::Open) => slot.open = n,
+            Some(QueueStatus::Resolved) => slot.resolved = n,
+            None => {
+                return Err(StoreError::corrupt(format!(
+                    "unknown queue status {status:?}"
+                )))
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// One page and the counts, in the caller's (one) transaction. One row more than the page
+/// is read to know whether another page follows.
+pub(crate) async fn queue_page<T: Tx + Send>(tx: &mut T, f: &QueueFilter) -> Result<QueuePage> {
+    let mut probe = f.clone();
+    probe.limit = f.limit.saturating_add(1);
+    let mut items = queue_list(tx, &probe).await?;
+    let next = if items.len() > f.limit as usize {
+        items.truncate(f.limit as usize);
+        items.last().map(QueueCursor::after)
+    } else {
+        None
+    };
+    let counts = queue_counts(tx, f).await?;
+    Ok(QueuePage {
+        items,
+        next,
+        counts,
+    })
+}
+
+/// Marks an open item resolved; `Conflict` when it is not open. This guarded update comes
+/// first in every resolution: of two concurrent resolutions exactly one changes the row, and
+/// the other writes nothing.
+pub(crate) async fn mark_resolved<T: Tx + Send>(
+    tx: &mut T,
+    id: &QueueItemId,
+    r: &Resolution,
+    effect: Option<&EffectId>,
+) -> Result<()> {
+    let n = tx
+        .exec(
+            "UPDATE queue_items SET status = 'resolved', resolution_outcome = $2, resolution_ref = $3, resolution_note = $4, \
+             resolution_by = $5, resolved_at = $6, resolution_effect = $7 WHERE id = $1 AND status = 'open'",
+            &[
+                text(id.as_str()),
+                text(r.outcome.as_str()),
+                opt_text(r.authoritative_ref.as_deref()),
+                text(r.note.as_str()),
+                text(r.by.as_str()),
+                int(ms(r.at)),
+                opt_text(effect.map(EffectId::as_str)),
+            ],
+        )
+        .await?;
+    if n == 0 {
+        return Err(StoreError::Conflict(format!(
+            "queue item {id} is already resolved"
+        )));
+    }
+    Ok(())
 }
 
 pub(crate) async fn resolve<T: Tx + Send>(
@@ -1116,33 +1224,19 @@ pub(crate) async fn resolve<T: Tx + Send>(
             "queue item {id} is already resolved"
         )));
     }
+    // An item waiting on an effect whose outcome is unknown is a verdict on that effect, and
+    // on every other item waiting on it (see `settlement`).
+    if let Some(unknown) = crate::settlement::waiting_on(tx, &item, r.at).await? {
+        if let Some(settled) = crate::settlement::settle(tx, &item, &unknown, r).await? {
+            return Ok(settled);
+        }
+    }
     let now = ms(r.at);
     let effect = match r.outcome {
         ResolutionOutcome::Distinct => Some(EffectId::from_u128(new_id(r.at))),
         ResolutionOutcome::Duplicate => item.existing_effect.clone(),
     };
-    // The guarded update comes first: of two concurrent resolutions exactly one changes the
-    // row, and the other writes nothing.
-    let n = tx
-        .exec(
-            "UPDATE queue_items SET status = 'resolved', resolution_outcome = $2, resolution_ref = $3, resolution_note = $4, \
-             resolution_by = $5, resolved_at = $6, resolution_effect = $7 WHERE id = $1 AND status = 'open'",
-            &[
-                text(id.as_str()),
-                text(r.outcome.as_str()),
-                opt_text(r.authoritative_ref.as_deref()),
-                text(r.note.as_str()),
-                text(r.by.as_str()),
-                int(now),
-                opt_text(effect.as_ref().map(EffectId::as_str)),
-            ],
-        )
-        .await?;
-    if n == 0 {
-        return Err(StoreError::Conflict(format!(
-            "queue item {id} is already resolved"
-        )));
-    }
+    mark_resolved(tx, id, r, effect.as_ref()).await?;
     match (r.outcome, &effect) {
         (ResolutionOutcome::Distinct, Some(eid)) => {
             // Released outside the unique index: it shares its key with the effect it was

@@ -56,7 +56,7 @@ use crate::effect::{Claim, EffectRecord};
 use crate::error::StoreError;
 use crate::operations;
 use crate::plan::Scope;
-use crate::queue::{QueueFilter, QueueItem, Resolution};
+use crate::queue::{QueueFilter, QueueItem, QueuePage, Resolution};
 use crate::reconciliation::{self, MissingOperation, ReconcileAttempt, ResourceScope};
 use crate::report::Report;
 use crate::retention::{PurgeCounts, PurgePolicy};
@@ -843,6 +843,11 @@ impl Store for PgStore {
             .await)
     }
 
+    async fn queue_page(&self, filter: &QueueFilter) -> Result<QueuePage> {
+        transaction!(self, true, |tx| operations::queue_page(&mut tx, filter)
+            .await)
+    }
+
     async fn queue_item(&self, id: &QueueItemId) -> Result<Option<QueueItem>> {
         transaction!(self, true, |tx| operations::queue_item(&mut tx, id).await)
     }
@@ -1001,11 +1006,11 @@ impl Store for PgStore {
     async fn settle_unknown(
         &self,
         effect: &EffectId,
-        verified: &crate::reconciliation::Verified,
+        verified: &crate::settlement::Verified,
         resolution: Resolution,
         evidence: &str,
     ) -> Result<Vec<QueueItem>> {
-        transaction!(self, true, |tx| crate::reconciliation::settle_unknown(
+        transaction!(self, true, |tx| crate::settlement::settle_verified(
             &mut tx,
             effect,
             verified,

@@ -2,8 +2,10 @@
 //! the authority or a person says whether each is a distinct operation or a duplicate.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
 
-use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
+use oncegate_core::ids::{DeliveryId, EffectId, IdError, QueueItemId};
 use oncegate_core::matrix::{Difference, Flag};
 use time::OffsetDateTime;
 
@@ -177,7 +179,11 @@ pub struct QueueItem {
     pub resolution_evidence: Option<String>,
 }
 
-/// A queue listing, oldest first (the queue is worked in arrival order).
+/// A queue listing, oldest first (the queue is worked in arrival order), one page at a time.
+///
+/// Every field narrows; `None` means "any". Pages are keyed on `(created_at, id)`, so an item
+/// inserted while someone pages through never shifts the items after the cursor: it is
+/// created now, so it sorts after everything already listed and shows on a later page.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueFilter {
     pub tenants: TenantFilter,
@@ -185,6 +191,16 @@ pub struct QueueFilter {
     pub kind: Option<QueueKind>,
     pub provider: Option<String>,
     pub limit: u32,
+    /// The delivery's event type.
+    pub event_type: Option<String>,
+    /// Only the items of this delivery (what a resolution by delivery id chooses among).
+    pub delivery: Option<DeliveryId>,
+    /// Queued strictly before this instant (`older_than`).
+    pub created_before: Option<OffsetDateTime>,
+    /// Queued at or after this instant (`newer_than`).
+    pub created_since: Option<OffsetDateTime>,
+    /// Only the items after this one in the listing's order (the previous page's `next`).
+    pub after: Option<QueueCursor>,
 }
 
 impl Default for QueueFilter {
@@ -195,6 +211,166 @@ impl Default for QueueFilter {
             kind: None,
             provider: None,
             limit: 100,
+            event_type: None,
+            delivery: None,
+            created_before: None,
+            created_since: None,
+            after: None,
+        }
+    }
+}
+
+/// Where a page of the queue ends: the last item's `(created_at, id)`. Its text form is
+/// opaque to callers (they only hand it back), and parsing refuses anything not made here.
+///
+/// ```
+/// use oncegate_store::queue::QueueCursor;
+/// use oncegate_core::ids::QueueItemId;
+/// use time::OffsetDateTime;
+///
+/// let cursor = QueueCursor {
+///     created_at: OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap(),
+///     id: QueueItemId::from_u128(42),
+/// };
+/// let text = cursor.to_string();
+/// assert_eq!(text.parse::<QueueCursor>().unwrap(), cursor);
+/// assert!("q_not-a-cursor".parse::<QueueCursor>().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueCursor {
+    pub created_at: OffsetDateTime,
+    pub id: QueueItemId,
+}
+
+impl QueueCursor {
+    /// The cursor just after `item`.
+    pub fn after(item: &QueueItem) -> QueueCursor {
+        QueueCursor {
+            created_at: item.created_at,
+            id: item.id.clone(),
+        }
+    }
+}
+
+/// Why a cursor text was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a queue cursor this service issued (pass the `next` of a listing unchanged)")]
+pub struct CursorError(pub String);
+
+impl fmt::Display for QueueCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Hex of "<milliseconds>:<item id>": URL-safe as it stands, and no caller is tempted
+        // to build one by hand from a timestamp.
+        let ms = (self.created_at.unix_timestamp_nanos() / 1_000_000) as i64;
+        f.write_str(&hex::encode(format!("{ms}:{}", self.id)))
+    }
+}
+
+impl FromStr for QueueCursor {
+    type Err = CursorError;
+
+    fn from_str(s: &str) -> Result<Self, CursorError> {
+        let refused = || CursorError(s.to_owned());
+        let bytes = hex::decode(s).map_err(|_| refused())?;
+        let text = String::from_utf8(bytes).map_err(|_| refused())?;
+        let (ms, id) = text.split_once(':').ok_or_else(refused)?;
+        let ms: i64 = ms.parse().map_err(|_| refused())?;
+        let created_at = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+            .map_err(|_| refused())?;
+        Ok(QueueCursor {
+            created_at,
+            id: id.parse().map_err(|_| refused())?,
+        })
+    }
+}
+
+/// Open and resolved items of one kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatusCounts {
+    pub open: u64,
+    pub resolved: u64,
+}
+
+/// How many items each kind holds in each status, under a listing's tenant, provider, type
+/// and age filters (its kind, status and cursor do not narrow them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    pub quarantine: StatusCounts,
+    pub reconcile: StatusCounts,
+}
+
+impl QueueCounts {
+    /// The counts of one kind, to fill in.
+    pub fn of(&mut self, kind: QueueKind) -> &mut StatusCounts {
+        match kind {
+            QueueKind::Quarantine => &mut self.quarantine,
+            QueueKind::Reconcile => &mut self.reconcile,
+        }
+    }
+}
+
+/// One page of a listing, read in one transaction with its counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuePage {
+    pub items: Vec<QueueItem>,
+    /// Where the next page starts; `None` on the last page.
+    pub next: Option<QueueCursor>,
+    pub counts: QueueCounts,
+}
+
+/// What a resolution names: an item by its own id (`q_…`), or a delivery (`dlv_…`) whose
+/// open item is meant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueRef {
+    Item(QueueItemId),
+    Delivery(DeliveryId),
+}
+
+impl FromStr for QueueRef {
+    type Err = IdError;
+
+    fn from_str(s: &str) -> Result<Self, IdError> {
+        if s.starts_with(QueueItemId::PREFIX) {
+            s.parse().map(QueueRef::Item)
+        } else {
+            s.parse().map(QueueRef::Delivery)
+        }
+    }
+}
+
+/// Which of a delivery's items a resolution by delivery id settles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeliveryItems<'a> {
+    /// The delivery has no queue item at all.
+    None,
+    /// Exactly one open item: the one meant.
+    Open(&'a QueueItem),
+    /// Items, all resolved (the latest one): resolving again is a conflict.
+    Resolved(&'a QueueItem),
+    /// Several open items: the caller must name one by its queue item id, because a wrong
+    /// pick would settle an effect's outcome, which cannot be undone.
+    Ambiguous(Vec<QueueItemId>),
+}
+
+impl<'a> DeliveryItems<'a> {
+    /// Sorts out the items of one delivery (as `QueueFilter::delivery` lists them).
+    ///
+    /// ```
+    /// use oncegate_store::queue::DeliveryItems;
+    /// assert_eq!(DeliveryItems::of(&[]), DeliveryItems::None);
+    /// ```
+    pub fn of(items: &'a [QueueItem]) -> DeliveryItems<'a> {
+        let open: Vec<&QueueItem> = items
+            .iter()
+            .filter(|i| i.status == QueueStatus::Open)
+            .collect();
+        match open.as_slice() {
+            [one] => DeliveryItems::Open(one),
+            [] => match items.iter().max_by_key(|i| (i.created_at, i.id.clone())) {
+                Some(latest) => DeliveryItems::Resolved(latest),
+                None => DeliveryItems::None,
+            },
+            many => DeliveryItems::Ambiguous(many.iter().map(|i| i.id.clone()).collect()),
         }
     }
 }

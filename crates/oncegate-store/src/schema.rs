@@ -164,6 +164,7 @@ pub(crate) fn sqlite() -> Vec<(i64, String)> {
             4,
             format!("{}{}", crate::alias::SCHEMA_V4, crate::shadow::SCHEMA_V4),
         ),
+        (5, QUEUE_PAGES.to_owned()),
     ]
 }
 
@@ -177,8 +178,16 @@ pub(crate) fn postgres() -> Vec<(i64, String)> {
             4,
             format!("{}{}", crate::alias::SCHEMA_V4, crate::shadow::SCHEMA_V4),
         ),
+        (5, QUEUE_PAGES.to_owned()),
     ]
 }
+
+/// Version 5: the queue listed in its own order whatever the status. `(status, created_at)`
+/// serves the open (or resolved) tab; a listing of every status, paged on `(created_at, id)`,
+/// otherwise reads and sorts the whole table for each page (measured: a sequential scan of
+/// 200 000 items per page on PostgreSQL 15). Version 5 is left to another change.
+const QUEUE_PAGES: &str =
+    "CREATE INDEX IF NOT EXISTS queue_created ON queue_items (created_at, id);\n";
 
 /// Version 2: reconciliation. Effects learn their resource and criticality (what the
 /// reconciler matches on, and what an expired lease turns into); queue items keep their last

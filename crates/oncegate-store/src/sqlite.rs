@@ -42,7 +42,7 @@ use crate::delivery::{
 use crate::effect::{Claim, EffectRecord};
 use crate::error::StoreError;
 use crate::operations;
-use crate::queue::{QueueFilter, QueueItem, Resolution};
+use crate::queue::{QueueFilter, QueueItem, QueuePage, Resolution};
 use crate::reconciliation::{self, MissingOperation, ReconcileAttempt, ResourceScope};
 use crate::report::Report;
 use crate::retention::{PurgeCounts, PurgePolicy};
@@ -642,6 +642,12 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn queue_page(&self, filter: &QueueFilter) -> Result<QueuePage> {
+        let filter = filter.clone();
+        self.read(move |tx| now_or_never(operations::queue_page(tx, &filter)))
+            .await
+    }
+
     async fn queue_item(&self, id: &QueueItemId) -> Result<Option<QueueItem>> {
         let id = id.clone();
         self.read(move |tx| now_or_never(operations::queue_item(tx, &id)))
@@ -822,13 +828,13 @@ impl Store for SqliteStore {
     async fn settle_unknown(
         &self,
         effect: &EffectId,
-        verified: &crate::reconciliation::Verified,
+        verified: &crate::settlement::Verified,
         resolution: Resolution,
         evidence: &str,
     ) -> Result<Vec<QueueItem>> {
         let (effect, verified, evidence) = (effect.clone(), verified.clone(), evidence.to_owned());
         self.write(true, move |tx| {
-            now_or_never(crate::reconciliation::settle_unknown(
+            now_or_never(crate::settlement::settle_verified(
                 tx,
                 &effect,
                 &verified,

@@ -45,6 +45,7 @@ async fn labels(store: &dyn Store) -> Result<HashMap<String, Label>> {
             kind: None,
             provider: None,
             limit: u32::MAX,
+            ..QueueFilter::default()
         })
         .await?;
     let mut out = HashMap::new();

@@ -4,6 +4,7 @@ mod corpus;
 mod migrate;
 mod operation_scope;
 mod pipes;
+mod queue;
 mod reconcile;
 mod safety;
 mod serve;

@@ -1,12 +1,15 @@
-//! `GET /v1/queue` and `POST /v1/queue/{delivery_id}/resolve`: the ambiguity queue, listed
-//! oldest first and settled by a person (or the reconciler) as `distinct` or `duplicate`.
+//! `GET /v1/queue` and `POST /v1/queue/{id}/resolve`: the ambiguity queue, listed oldest
+//! first a page at a time (with counts per kind and status), and settled by a person (or the
+//! reconciler) as `distinct` or `duplicate`. An item is resolved by the id the listing shows:
+//! its `queue_item_id` (`q_…`) or its `delivery_id` (`dlv_…`).
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use oncegate_core::ids::DeliveryId;
 use oncegate_store::{
-    QueueFilter, QueueItem, QueueKind, QueueStatus, Resolution, ResolutionOutcome,
+    DeliveryItems, QueueCursor, QueueFilter, QueueItem, QueueKind, QueueRef, QueueStatus,
+    Resolution, ResolutionOutcome, StatusCounts, StoreError, TenantFilter,
 };
 use time::OffsetDateTime;
 
@@ -14,10 +17,20 @@ use super::proof::resolution_body;
 use super::{ApiJson, ApiQuery};
 use crate::auth::Role;
 use crate::error::ApiError;
+use crate::instant::parse_instant;
 use crate::state::AppState;
-use crate::wire::{self, QueueItemBody, QueueListBody, QueueQuery, ResolveRequest};
+use crate::wire::{
+    self, QueueCountsBody, QueueItemBody, QueueListBody, QueueQuery, ResolveRequest,
+    StatusCountsBody,
+};
 
+/// A page holds `limit` items: 100 unless asked, never more than 1000.
+const DEFAULT_LIST: u32 = 100;
 const MAX_LIST: u32 = 1000;
+
+/// How many items of one delivery a resolution by delivery id looks at; a delivery has one or
+/// two in practice (a lease-expiry item after an earlier resolution, say).
+const MAX_DELIVERY_ITEMS: u32 = 100;
 
 pub(crate) fn item_body(item: &QueueItem, now: OffsetDateTime) -> QueueItemBody {
     QueueItemBody {
@@ -46,6 +59,68 @@ pub(crate) fn item_body(item: &QueueItem, now: OffsetDateTime) -> QueueItemBody 
     }
 }
 
+fn invalid(message: String) -> ApiError {
+    ApiError::bad_request("invalid_request", message)
+}
+
+fn counts_body(c: StatusCounts) -> StatusCountsBody {
+    StatusCountsBody {
+        open: c.open,
+        resolved: c.resolved,
+    }
+}
+
+/// The listing's filter from its query string, for a caller restricted to `tenants`.
+fn filter_of(
+    q: &QueueQuery,
+    tenants: TenantFilter,
+    now: OffsetDateTime,
+) -> Result<QueueFilter, ApiError> {
+    let kind = match q.kind.as_deref() {
+        None | Some("") | Some("all") => None,
+        Some(k) => Some(
+            QueueKind::parse(k)
+                .ok_or_else(|| invalid(format!("kind {k:?} is not quarantine or reconcile.")))?,
+        ),
+    };
+    let status = match q.status.as_deref() {
+        None | Some("") => Some(QueueStatus::Open),
+        Some("all") => None,
+        Some(s) => Some(
+            QueueStatus::parse(s)
+                .ok_or_else(|| invalid(format!("status {s:?} is not open, resolved or all.")))?,
+        ),
+    };
+    let instant = |name: &str, v: &Option<String>| {
+        v.as_deref()
+            .filter(|t| !t.trim().is_empty())
+            .map(|t| parse_instant(t, now).map_err(|e| invalid(format!("{name}: {e}."))))
+            .transpose()
+    };
+    let after = q
+        .after
+        .as_deref()
+        .filter(|a| !a.is_empty())
+        .map(|a| {
+            a.parse::<QueueCursor>()
+                .map_err(|e| invalid(format!("after: {e}.")))
+        })
+        .transpose()?;
+    let text = |v: &Option<String>| v.clone().filter(|t| !t.is_empty());
+    Ok(QueueFilter {
+        tenants,
+        status,
+        kind,
+        provider: text(&q.provider),
+        limit: q.limit.unwrap_or(DEFAULT_LIST).clamp(1, MAX_LIST),
+        event_type: text(&q.event_type),
+        delivery: None,
+        created_before: instant("older_than", &q.older_than)?,
+        created_since: instant("newer_than", &q.newer_than)?,
+        after,
+    })
+}
+
 pub(crate) async fn list(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -54,43 +129,72 @@ pub(crate) async fn list(
     let caller = state
         .tokens
         .require(&headers, &[Role::Operator, Role::Admin])?;
-    let kind = match q.kind.as_deref() {
-        None | Some("") | Some("all") => None,
-        Some(k) => Some(QueueKind::parse(k).ok_or_else(|| {
-            ApiError::bad_request(
-                "invalid_request",
-                format!("kind {k:?} is not quarantine or reconcile."),
-            )
-        })?),
-    };
-    let status = match q.status.as_deref() {
-        None | Some("") => Some(QueueStatus::Open),
-        Some("all") => None,
-        Some(s) => Some(QueueStatus::parse(s).ok_or_else(|| {
-            ApiError::bad_request(
-                "invalid_request",
-                format!("status {s:?} is not open, resolved or all."),
-            )
-        })?),
-    };
-    let filter = QueueFilter {
-        tenants: caller.tenants.clone(),
-        status,
-        kind,
-        provider: q.provider.clone(),
-        limit: q.limit.unwrap_or(100).clamp(1, MAX_LIST),
-    };
-    let items = state.store.queue_list(&filter).await?;
     let now = state.now();
+    let filter = filter_of(&q, caller.tenants.clone(), now)?;
+    let page = state.store.queue_page(&filter).await?;
     Ok(Json(QueueListBody {
         // The store filters by tenant in its query; checking again costs nothing and keeps a
         // restricted token's view closed even if a filter were ever dropped on the way.
-        items: items
+        items: page
+            .items
             .iter()
             .filter(|i| caller.sees(&i.tenant))
             .map(|i| item_body(i, now))
             .collect(),
+        next: page.next.as_ref().map(ToString::to_string),
+        counts: QueueCountsBody {
+            quarantine: counts_body(page.counts.quarantine),
+            reconcile: counts_body(page.counts.reconcile),
+        },
     }))
+}
+
+fn already_resolved(item: &QueueItem) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "already_resolved",
+        format!(
+            "Queue item {} (delivery {}) is already resolved{}.",
+            item.id,
+            item.delivery,
+            item.resolution
+                .as_ref()
+                .map(|r| format!(
+                    " ({}: {})",
+                    r.resolution.outcome.as_str(),
+                    r.resolution.note
+                ))
+                .unwrap_or_default()
+        ),
+    )
+}
+
+/// Why a delivery with no queue item has none, as before items could be named directly.
+async fn not_queued(
+    state: &AppState,
+    caller_sees: impl Fn(&str) -> bool,
+    id: &DeliveryId,
+) -> Result<ApiError, ApiError> {
+    let missing = || ApiError::not_found(format!("No delivery {id} exists."));
+    Ok(match state.store.proof(id).await? {
+        Some(p) if caller_sees(&p.tenant) => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_queued",
+            format!(
+                "Delivery {id} was decided `{}`; it is not in the queue.",
+                p.action.as_str()
+            ),
+        ),
+        Some(_) => missing(),
+        None => match state.store.delivery(id).await? {
+            Some(d) if caller_sees(&d.tenant) => ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_queued",
+                format!("Delivery {id} has no recorded decision, so nothing to resolve."),
+            ),
+            _ => missing(),
+        },
+    })
 }
 
 pub(crate) async fn resolve(
@@ -102,49 +206,58 @@ pub(crate) async fn resolve(
     let caller = state
         .tokens
         .require(&headers, &[Role::Operator, Role::Admin])?;
-    let missing = || ApiError::not_found(format!("No delivery {raw_id} exists."));
-    let id: DeliveryId = raw_id.parse().map_err(|_| missing())?;
+    let target: QueueRef = raw_id.parse().map_err(|_| {
+        ApiError::not_found(format!(
+            "No queue item or delivery {raw_id} exists (a queue item id starts with q_, a delivery id with dlv_)."
+        ))
+    })?;
     let outcome = ResolutionOutcome::parse(&req.outcome).ok_or_else(|| {
         ApiError::bad_request(
             "invalid_request",
             format!("outcome {:?} is not distinct or duplicate.", req.outcome),
         )
     })?;
-    let proof = match state.store.proof(&id).await? {
-        Some(p) if caller.sees(&p.tenant) => p,
-        Some(_) => return Err(missing()),
-        None => match state.store.delivery(&id).await? {
-            Some(d) if caller.sees(&d.tenant) => {
-                return Err(ApiError::new(
-                    StatusCode::NOT_FOUND,
-                    "not_queued",
-                    format!("Delivery {id} has no recorded decision, so nothing to resolve."),
-                ))
-            }
-            _ => return Err(missing()),
+    let item = match &target {
+        QueueRef::Item(id) => match state.store.queue_item(id).await? {
+            Some(item) if caller.sees(&item.tenant) => item,
+            _ => return Err(ApiError::not_found(format!("No queue item {id} exists."))),
         },
+        QueueRef::Delivery(id) => {
+            let items = state
+                .store
+                .queue_list(&QueueFilter {
+                    tenants: caller.tenants.clone(),
+                    status: None,
+                    delivery: Some(id.clone()),
+                    limit: MAX_DELIVERY_ITEMS,
+                    ..QueueFilter::default()
+                })
+                .await?;
+            match DeliveryItems::of(&items) {
+                DeliveryItems::Open(item) => item.clone(),
+                DeliveryItems::Resolved(item) => return Err(already_resolved(item)),
+                // Several open items: settling the wrong one would decide an effect's outcome,
+                // which cannot be undone, so the caller names one.
+                DeliveryItems::Ambiguous(ids) => {
+                    let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
+                    return Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        "ambiguous",
+                        format!(
+                            "Delivery {id} has {} open queue items ({}); resolve one by its queue_item_id.",
+                            ids.len(),
+                            ids.join(", ")
+                        ),
+                    ));
+                }
+                DeliveryItems::None => {
+                    return Err(not_queued(&state, |t| caller.sees(t), id).await?)
+                }
+            }
+        }
     };
-    let item_id = proof.queue_item.ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_queued",
-            format!(
-                "Delivery {id} was decided `{}`; it is not in the queue.",
-                proof.action.as_str()
-            ),
-        )
-    })?;
-    let item = state
-        .store
-        .queue_item(&item_id)
-        .await?
-        .ok_or_else(missing)?;
     if item.resolution.is_some() {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "already_resolved",
-            format!("The queue item of delivery {id} is already resolved."),
-        ));
+        return Err(already_resolved(&item));
     }
     let authoritative_ref = req
         .authoritative_ref
@@ -161,14 +274,32 @@ pub(crate) async fn resolve(
             .unwrap_or_else(|| caller.label.clone()),
         at: state.now(),
     };
-    let resolved = state.store.resolve(&item.id, resolution).await?;
+    let resolved = match state.store.resolve(&item.id, resolution).await {
+        Ok(resolved) => resolved,
+        // Resolved meanwhile (or settled with another item of the same effect).
+        Err(StoreError::Conflict(_)) => match state.store.queue_item(&item.id).await? {
+            Some(now) if now.resolution.is_some() => return Err(already_resolved(&now)),
+            _ => {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "conflict",
+                    format!(
+                        "Queue item {} could not be resolved as {}: its effect changed meanwhile, or the reconciler cannot release an effect whose outcome is unknown.",
+                        item.id,
+                        outcome.as_str()
+                    ),
+                ))
+            }
+        },
+        Err(e) => return Err(e.into()),
+    };
     state.metrics.resolution(outcome.as_str());
     state
         .metrics
         .reconcile
         .settled("person", &resolved, state.now());
     tracing::info!(
-        delivery_id = %id,
+        delivery_id = %resolved.delivery,
         queue_item_id = %resolved.id,
         tenant = %resolved.tenant,
         outcome = outcome.as_str(),

@@ -10,6 +10,7 @@ mod harness;
 mod limits;
 mod operation_scope;
 mod operations;
+mod queue;
 mod reconcile;
 mod safety;
 mod signatures;
@@ -79,6 +80,8 @@ both_backends!(
     data_shapes::unclean_path_segments_are_refused_with_400,
     tls::an_https_authority_signed_by_a_private_ca_needs_that_ca,
     deadlines::a_trickled_body_is_answered_408_and_journaled,
+    queue::every_listed_item_is_resolvable_by_the_id_it_shows,
+    queue::the_queue_pages_filters_and_counts,
 );
 
 /// The store going away is exercised on PostgreSQL, where it can really go away under a

@@ -6,6 +6,7 @@
 
 mod aliases;
 mod harness;
+mod queue;
 mod reconciliation;
 mod rescope;
 mod safety;
@@ -153,5 +154,20 @@ mod rescope_on {
         rescope;
         an_operation_key_is_one_effect_across_types,
         keys_written_under_the_event_type_move_to_the_operation,
+    );
+}
+
+/// The queue walked by people and consoles: unknown outcomes settled once for every item
+/// waiting on them, pages, filters and counts, as `queue_on::{sqlite,postgres}::<name>`.
+mod queue_on {
+    conformance_of!(
+        queue;
+        a_verified_effect_settles_every_item_waiting_on_it,
+        a_retry_confirmed_duplicate_also_settles_the_verify_item,
+        a_verify_item_resolved_distinct_releases_the_same_effect_once,
+        a_retry_resolved_distinct_leaves_the_unknown_effect_alone,
+        paging_returns_each_item_once_in_order_while_items_arrive,
+        filters_and_counts_narrow_the_queue,
+        a_delivery_id_names_its_one_open_item_or_is_ambiguous,
     );
 }
