@@ -37,6 +37,7 @@ use time::OffsetDateTime;
 mod auth;
 mod authority;
 mod breaker;
+mod console;
 mod error;
 mod ingest;
 mod logging;

@@ -12,7 +12,7 @@ use time::OffsetDateTime;
 
 use super::proof::resolution_body;
 use super::{ApiJson, ApiQuery};
-use crate::auth::Role;
+use crate::auth::{Caller, Role};
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::wire::{self, QueueItemBody, QueueListBody, QueueQuery, ResolveRequest};
@@ -102,6 +102,18 @@ pub(crate) async fn resolve(
     let caller = state
         .tokens
         .require(&headers, &[Role::Operator, Role::Admin])?;
+    let resolved = resolve_item(&state, &caller, &raw_id, req).await?;
+    Ok(Json(item_body(&resolved, state.now())))
+}
+
+/// Resolves the open queue item of delivery `raw_id` as `caller` (another tenant's delivery is
+/// `not_found`), shared by the `/v1` route and the console so both apply the same rules.
+pub(crate) async fn resolve_item(
+    state: &AppState,
+    caller: &Caller,
+    raw_id: &str,
+    req: ResolveRequest,
+) -> Result<QueueItem, ApiError> {
     let missing = || ApiError::not_found(format!("No delivery {raw_id} exists."));
     let id: DeliveryId = raw_id.parse().map_err(|_| missing())?;
     let outcome = ResolutionOutcome::parse(&req.outcome).ok_or_else(|| {
@@ -171,5 +183,5 @@ pub(crate) async fn resolve(
         effect_id = resolved.resolution.as_ref().and_then(|r| r.effect.as_ref()).map(|e| e.to_string()).unwrap_or_default(),
         "queue item resolved"
     );
-    Ok(Json(item_body(&resolved, state.now())))
+    Ok(resolved)
 }

@@ -2,6 +2,8 @@
 //! `reqwest`, every scenario run unchanged against SQLite and PostgreSQL.
 
 mod auth;
+mod console_http;
+mod console_support;
 mod data_shapes;
 mod decisions;
 mod effects;
@@ -70,6 +72,12 @@ both_backends!(
     operation_scope::thirty_two_racers_across_the_two_types_make_one_process,
     data_shapes::nul_in_values_and_keys_is_decided_and_provable,
     data_shapes::unclean_path_segments_are_refused_with_400,
+    console_http::console_the_session_cookie_is_strict_http_only_and_never_holds_the_token,
+    console_http::console_a_session_holds_on_a_sibling_and_dies_with_its_token,
+    console_http::console_forms_without_the_session_csrf_token_are_refused,
+    console_http::console_a_tenant_restricted_session_never_sees_another_tenant,
+    console_http::console_markup_in_stored_values_renders_as_text,
+    console_http::console_the_queue_resolves_in_place_or_by_redirect,
 );
 
 /// The store going away is exercised on PostgreSQL, where it can really go away under a
