@@ -157,8 +157,8 @@ pub(crate) async fn search(
                 tbody {
                     @for r in &rows {
                         tr {
-                            td.mono { (layout::when(r.delivery.received_at)) }
-                            td { (layout::delivery_link(r.delivery.id.as_str())) }
+                            td.mono.nowrap { (layout::short_when(r.delivery.received_at)) }
+                            td.nowrap { (layout::delivery_link(r.delivery.id.as_str())) }
                             td { (r.delivery.tenant) }
                             td { (r.delivery.provider) " / " (r.delivery.env) }
                             td { (r.delivery.event_type.as_deref().unwrap_or("(unknown)")) }
@@ -167,7 +167,7 @@ pub(crate) async fn search(
                                 None => span.muted { "no decision" },
                             } }
                             td { (r.reason.as_deref().unwrap_or_default()) }
-                            td.mono { (r.key.as_deref().unwrap_or_default()) }
+                            td { @if let Some(k) = &r.key { (layout::key_link(k)) } }
                         }
                     }
                 }

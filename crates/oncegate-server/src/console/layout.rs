@@ -66,7 +66,7 @@ pub(crate) fn page(title: &str, session: &Session, active: Nav, body: Markup) ->
                 }
                 span.who {
                     (session.caller.role.as_str()) " · " (tenants_text(&session.caller.tenants))
-                    " · until " (session.expires_at.time().to_string()) " UTC"
+                    " · until " (hhmm(session.expires_at)) " UTC"
                     form method="post" action="/console/signout" {
                         input type="hidden" name="csrf" value=(session.csrf);
                         button type="submit" id="signout" { "Sign out" }
@@ -104,6 +104,34 @@ pub(crate) fn error_page(status: StatusCode, message: &str) -> Markup {
 pub(crate) fn when(t: OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);
     t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
+}
+
+/// A time to the second, for lists (`2024-05-01 10:00:00`, UTC).
+pub(crate) fn short_when(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{} {:02}:{:02}:{:02}",
+        t.date(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
+fn hhmm(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!("{:02}:{:02}", t.hour(), t.minute())
+}
+
+/// An effect key, shortened, as a link to the deliveries that share it.
+pub(crate) fn key_link(key: &str) -> Markup {
+    let query = serde_urlencoded::to_string([("q", key)]).expect("a string pair encodes");
+    let short: String = key.chars().take(16).collect();
+    html! {
+        a.mono href={ "/console/deliveries?" (query) } title=(key) {
+            (short) @if key.chars().count() > 16 { "…" }
+        }
+    }
 }
 
 pub(crate) fn badge(action: &str) -> Markup {

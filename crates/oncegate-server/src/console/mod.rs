@@ -162,7 +162,9 @@ pub(crate) fn html(markup: maud::Markup) -> Response {
     );
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        // `same-origin`, not `no-referrer`: with the latter a browser sends `Origin: null`
+        // on the console's own form posts, which the sign-in check needs to read.
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     r

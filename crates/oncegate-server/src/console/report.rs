@@ -106,7 +106,18 @@ fn edges(range: &str, now: OffsetDateTime) -> Result<Vec<OffsetDateTime>, ApiErr
             ))
         }
     };
-    Ok((0..=n).rev().map(|i| now - step * i).collect())
+    // Edges fall on whole steps (hours, six-hour marks, days, in UTC) so a bar means the same
+    // span on every visit; the last bar is the step under way.
+    let step_s = step.whole_seconds();
+    let end = (now.unix_timestamp().div_euclid(step_s) + 1) * step_s;
+    (0..=n)
+        .rev()
+        .map(|i| {
+            OffsetDateTime::from_unix_timestamp(end - step_s * i).map_err(|_| {
+                ApiError::bad_request("invalid_request", "The clock is outside the charted range.")
+            })
+        })
+        .collect()
 }
 
 pub(crate) async fn decisions(
@@ -143,7 +154,7 @@ pub(crate) async fn decisions(
         table #decisions {
             thead { tr { th { "From (UTC)" } @for (a, _) in chart::ACTIONS { th.num { (a) } } th.num { "total" } } }
             tbody { @for b in buckets.iter().rev().filter(|b| b.total() > 0) {
-                tr { td.mono { (layout::when(b.start)) } @for c in b.counts { td.num { (c) } } td.num { (b.total()) } }
+                tr { td.mono { (layout::short_when(b.start)) } @for c in b.counts { td.num { (c) } } td.num { (b.total()) } }
             } }
         }
     };
@@ -153,4 +164,22 @@ pub(crate) async fn decisions(
         Nav::Decisions,
         body,
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chart_edges_fall_on_whole_steps_and_end_after_now() {
+        let now = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap(); // 22:13:20 UTC
+        let e = edges("", now).unwrap();
+        assert_eq!(e.len(), 25);
+        assert!(e.iter().all(|t| t.minute() == 0 && t.second() == 0));
+        assert!(e[23] <= now && now < e[24]);
+        let days = edges("30d", now).unwrap();
+        assert_eq!(days.len(), 31);
+        assert!(days.iter().all(|t| t.hour() == 0));
+        assert!(edges("1y", now).unwrap_err().message.contains("1y"));
+    }
 }

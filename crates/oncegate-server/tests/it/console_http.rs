@@ -36,6 +36,14 @@ pub async fn console_the_session_cookie_is_strict_http_only_and_never_holds_the_
         .await;
     assert_eq!(cross.status, 403, "{}", cross.text);
     assert!(cross.headers.get("set-cookie").is_none());
+    let fetch = c
+        .post(
+            "/console/signin",
+            &[("token", OPERATOR_ACME)],
+            &[("sec-fetch-site", "cross-site")],
+        )
+        .await;
+    assert_eq!(fetch.status, 403, "{}", fetch.text);
 
     let ok = c.sign_in(OPERATOR_ACME).await;
     assert_eq!(ok.status, 303, "{}", ok.text);
