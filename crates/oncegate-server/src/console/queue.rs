@@ -22,8 +22,9 @@ use crate::wire::{QueueItemBody, ResolveRequest};
 /// Items per page.
 const PAGE: usize = 25;
 /// How far the page reads to count and page: the queue listing has no offset, so the page
-/// reads at most this many items and says "at least" past it.
-const WINDOW: u32 = 1000;
+/// reads at most this many items (and one more, to know there are more) and says "at least"
+/// past it.
+const WINDOW: usize = 1000;
 
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct QueuePageQuery {
@@ -74,7 +75,7 @@ fn parse_filter(q: &QueuePageQuery, s: &Session) -> Result<QueueFilter, ApiError
         status,
         kind,
         provider,
-        limit: WINDOW,
+        limit: WINDOW as u32 + 1,
     })
 }
 
@@ -95,11 +96,16 @@ pub(crate) async fn page(
         .store
         .queue_list(&QueueFilter {
             tenants: s.caller.tenants.clone(),
-            limit: WINDOW,
+            limit: WINDOW as u32 + 1,
             ..QueueFilter::default()
         })
         .await?;
-    let open: Vec<&QueueItem> = open.iter().filter(|i| s.caller.sees(&i.tenant)).collect();
+    let capped = open.len() > WINDOW;
+    let open: Vec<&QueueItem> = open
+        .iter()
+        .take(WINDOW)
+        .filter(|i| s.caller.sees(&i.tenant))
+        .collect();
     let counts = Counts {
         quarantine: open
             .iter()
@@ -109,10 +115,15 @@ pub(crate) async fn page(
             .iter()
             .filter(|i| i.kind == QueueKind::Reconcile)
             .count(),
-        capped: open.len() >= WINDOW as usize,
+        capped,
     };
     let listed = state.store.queue_list(&filter).await?;
-    let listed: Vec<&QueueItem> = listed.iter().filter(|i| s.caller.sees(&i.tenant)).collect();
+    let listed_capped = listed.len() > WINDOW;
+    let listed: Vec<&QueueItem> = listed
+        .iter()
+        .take(WINDOW)
+        .filter(|i| s.caller.sees(&i.tenant))
+        .collect();
     let now = state.now();
     let shown: Vec<QueueItemBody> = listed
         .iter()
@@ -129,7 +140,7 @@ pub(crate) async fn page(
         ])
         .expect("string pairs encode")
     });
-    let at_least = if counts.capped { "at least " } else { "" };
+    let at_least = if listed_capped { "at least " } else { "" };
     let body = html! {
         div.counts #counts {
             span.count { b #count-quarantine { (counts.quarantine) } "open quarantine" }

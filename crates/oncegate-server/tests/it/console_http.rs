@@ -459,3 +459,55 @@ fn urlencode(s: &str) -> String {
         })
         .collect()
 }
+
+pub async fn console_a_thousand_item_queue_is_paged_and_fast(kind: Kind) {
+    let s = Service::start(kind).await;
+    // A thousand deliveries of a type without a contract: each is one open reconcile item.
+    let mut tasks = Vec::new();
+    for worker in 0..8 {
+        let (http, base) = (s.http.clone(), s.base.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in (worker..1000).step_by(8) {
+                let r = http
+                    .post(format!("{base}/v1/deliveries/acme/payflow/live"))
+                    .bearer_auth(INGEST)
+                    .header("content-type", "application/json")
+                    .body(format!(r#"{{"type":"payout.sent","data":{{"n":{i}}}}}"#))
+                    .send()
+                    .await
+                    .expect("a delivery post");
+                assert_eq!(r.status(), 200);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut c = Console::new(&s);
+    assert_eq!(c.sign_in(OPERATOR).await.status, 303);
+    let started = std::time::Instant::now();
+    let first = c.get("/console/queue").await;
+    let elapsed = started.elapsed();
+    assert_eq!(first.status, 200);
+    assert_eq!(
+        first.text.matches("<article").count(),
+        25,
+        "one page of items"
+    );
+    assert!(
+        first.text.contains(r#"id="count-reconcile">1000<"#),
+        "{}",
+        &first.text[..2000]
+    );
+    assert!(first.text.contains("Showing 25 of 1000 matching items"));
+    assert!(first.text.contains("offset=25"), "a next-page link");
+    println!("console queue page over 1000 open items ({kind:?}): {elapsed:?}");
+    assert!(
+        elapsed < std::time::Duration::from_secs(5),
+        "the queue page took {elapsed:?}"
+    );
+    let last = c.get("/console/queue?offset=975").await;
+    assert_eq!(last.text.matches("<article").count(), 25);
+    assert!(!last.text.contains("offset=1000"), "no page past the end");
+    s.stop().await;
+}
