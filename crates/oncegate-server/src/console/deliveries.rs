@@ -12,9 +12,8 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use super::layout::{self, Nav};
-use super::{html, see_other, PageError, Signed};
+use super::{html, see_other, ConsoleQuery, PageError, Signed};
 use crate::error::ApiError;
-use crate::routes::ApiQuery;
 use crate::state::AppState;
 
 /// Rows per page: a screenful, and a bounded store read whatever the store holds.
@@ -96,7 +95,7 @@ impl SearchQuery {
 pub(crate) async fn search(
     State(state): State<AppState>,
     Signed(s): Signed,
-    ApiQuery(q): ApiQuery<SearchQuery>,
+    ConsoleQuery(q): ConsoleQuery<SearchQuery>,
 ) -> Result<Response, PageError> {
     let text = q.q.trim();
     // A delivery id opens its proof directly (the proof page applies the tenant filter).

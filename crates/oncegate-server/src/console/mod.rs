@@ -102,6 +102,30 @@ where
     }
 }
 
+/// A query string whose rejection is an HTML error page.
+pub(crate) struct ConsoleQuery<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ConsoleQuery<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| ConsoleQuery(q.0))
+            .map_err(|e| {
+                PageError(ApiError::bad_request(
+                    "invalid_request",
+                    format!("The query string is not acceptable: {}.", e.body_text()),
+                ))
+                .into_response()
+            })
+    }
+}
+
 /// Refuses a form whose CSRF token is not the session's.
 pub(crate) fn check_csrf(session: &Session, presented: &str) -> Result<(), PageError> {
     if session.csrf_ok(presented) {

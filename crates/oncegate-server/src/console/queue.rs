@@ -12,10 +12,9 @@ use serde::Deserialize;
 
 use super::layout::{self, Nav};
 use super::session::Session;
-use super::{check_csrf, from_htmx, html, see_other, ConsoleForm, PageError, Signed};
+use super::{check_csrf, from_htmx, html, see_other, ConsoleForm, ConsoleQuery, PageError, Signed};
 use crate::error::ApiError;
 use crate::routes::queue::{item_body, resolve_item};
-use crate::routes::ApiQuery;
 use crate::state::AppState;
 use crate::wire::{QueueItemBody, ResolveRequest};
 
@@ -89,7 +88,7 @@ struct Counts {
 pub(crate) async fn page(
     State(state): State<AppState>,
     Signed(s): Signed,
-    ApiQuery(q): ApiQuery<QueuePageQuery>,
+    ConsoleQuery(q): ConsoleQuery<QueuePageQuery>,
 ) -> Result<Response, PageError> {
     let filter = parse_filter(&q, &s)?;
     let open = state

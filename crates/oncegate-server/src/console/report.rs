@@ -12,9 +12,8 @@ use time::OffsetDateTime;
 use super::chart;
 use super::deliveries::parse_time;
 use super::layout::{self, Nav};
-use super::{html, PageError, Signed};
+use super::{html, ConsoleQuery, PageError, Signed};
 use crate::error::ApiError;
-use crate::routes::ApiQuery;
 use crate::state::AppState;
 
 #[derive(Debug, Default, Deserialize)]
@@ -44,7 +43,7 @@ fn cells(c: &ReportCounts) -> Markup {
 pub(crate) async fn page(
     State(state): State<AppState>,
     Signed(s): Signed,
-    ApiQuery(q): ApiQuery<ReportPageQuery>,
+    ConsoleQuery(q): ConsoleQuery<ReportPageQuery>,
 ) -> Result<Response, PageError> {
     let since = parse_time("since", &q.since)?.unwrap_or(OffsetDateTime::UNIX_EPOCH);
     let report = state.store.report(&s.caller.tenants, since).await?;
@@ -123,7 +122,7 @@ fn edges(range: &str, now: OffsetDateTime) -> Result<Vec<OffsetDateTime>, ApiErr
 pub(crate) async fn decisions(
     State(state): State<AppState>,
     Signed(s): Signed,
-    ApiQuery(q): ApiQuery<DecisionsQuery>,
+    ConsoleQuery(q): ConsoleQuery<DecisionsQuery>,
 ) -> Result<Response, PageError> {
     let edges = edges(&q.range, state.now())?;
     let tenants: &TenantFilter = &s.caller.tenants;

@@ -4,6 +4,7 @@
 mod auth;
 mod console_browser;
 mod console_http;
+mod console_pages;
 mod console_support;
 mod data_shapes;
 mod decisions;
@@ -81,6 +82,9 @@ both_backends!(
     console_http::console_the_queue_resolves_in_place_or_by_redirect,
     console_http::console_a_thousand_item_queue_is_paged_and_fast,
     console_browser::console_an_operator_works_the_console_in_a_browser,
+    console_pages::console_the_proof_page_shows_what_the_proof_says,
+    console_pages::console_deliveries_filter_and_page,
+    console_pages::console_an_open_breaker_closes_with_a_note_only,
 );
 
 /// The store going away is exercised on PostgreSQL, where it can really go away under a
