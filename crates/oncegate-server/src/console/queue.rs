@@ -85,12 +85,8 @@ struct Counts {
     capped: bool,
 }
 
-pub(crate) async fn page(
-    State(state): State<AppState>,
-    Signed(s): Signed,
-    ConsoleQuery(q): ConsoleQuery<QueuePageQuery>,
-) -> Result<Response, PageError> {
-    let filter = parse_filter(&q, &s)?;
+/// Counts the open items per kind the session sees, from one bounded read.
+async fn count_open(state: &AppState, s: &Session) -> Result<Counts, PageError> {
     let open = state
         .store
         .queue_list(&QueueFilter {
@@ -105,17 +101,32 @@ pub(crate) async fn page(
         .take(WINDOW)
         .filter(|i| s.caller.sees(&i.tenant))
         .collect();
-    let counts = Counts {
-        quarantine: open
-            .iter()
-            .filter(|i| i.kind == QueueKind::Quarantine)
-            .count(),
-        reconcile: open
-            .iter()
-            .filter(|i| i.kind == QueueKind::Reconcile)
-            .count(),
+    let of = |kind: QueueKind| open.iter().filter(|i| i.kind == kind).count();
+    Ok(Counts {
+        quarantine: of(QueueKind::Quarantine),
+        reconcile: of(QueueKind::Reconcile),
         capped,
-    };
+    })
+}
+
+/// The counts bar; `oob` marks it for htmx to replace the page's own after a resolution.
+fn counts_markup(c: &Counts, oob: bool) -> Markup {
+    html! {
+        div.counts #counts hx-swap-oob=[oob.then_some("true")] {
+            span.count { b #count-quarantine { (c.quarantine) } "open quarantine" }
+            span.count { b #count-reconcile { (c.reconcile) } "open reconcile" }
+            @if c.capped { span.count.muted { "counting stops at " (WINDOW) } }
+        }
+    }
+}
+
+pub(crate) async fn page(
+    State(state): State<AppState>,
+    Signed(s): Signed,
+    ConsoleQuery(q): ConsoleQuery<QueuePageQuery>,
+) -> Result<Response, PageError> {
+    let filter = parse_filter(&q, &s)?;
+    let counts = count_open(&state, &s).await?;
     let listed = state.store.queue_list(&filter).await?;
     let listed_capped = listed.len() > WINDOW;
     let listed: Vec<&QueueItem> = listed
@@ -141,11 +152,7 @@ pub(crate) async fn page(
     });
     let at_least = if listed_capped { "at least " } else { "" };
     let body = html! {
-        div.counts #counts {
-            span.count { b #count-quarantine { (counts.quarantine) } "open quarantine" }
-            span.count { b #count-reconcile { (counts.reconcile) } "open reconcile" }
-            @if counts.capped { span.count.muted { "counting stops at " (WINDOW) } }
-        }
+        (counts_markup(&counts, false))
         form.filters method="get" action="/console/queue" {
             label { "Kind" select name="kind" {
                 option value="" { "all" }
@@ -265,7 +272,14 @@ pub(crate) async fn resolve(
         }
     };
     match (result, htmx) {
-        (Ok(item), true) => Ok(html(item_card(&item_body(&item, state.now()), &s, None))),
+        (Ok(item), true) => {
+            // The resolved item in place, and the counts bar beside it (out of band).
+            let counts = count_open(&state, &s).await?;
+            Ok(html(html! {
+                (item_card(&item_body(&item, state.now()), &s, None))
+                (counts_markup(&counts, true))
+            }))
+        }
         (Ok(_), false) => Ok(see_other("/console/queue")),
         // htmx swaps only successful answers: a refusal comes back as the item with the
         // reason, so the operator sees it where they typed.

@@ -396,6 +396,13 @@ pub async fn console_the_queue_resolves_in_place_or_by_redirect(kind: Kind) {
         "a resolved item has no form: {}",
         done.text
     );
+    // The counts bar comes along, out of band: acme's quarantine is settled, beta's is open.
+    assert!(done.text.contains(r#"hx-swap-oob="true""#), "{}", done.text);
+    assert!(
+        done.text.contains(r#"id="count-quarantine">1<"#),
+        "{}",
+        done.text
+    );
 
     // Without JavaScript: a full post and a redirect back; a refusal is a page saying why.
     let plain = format!("/console/queue/{}/resolve", seeded.beta_quarantined);
