@@ -170,6 +170,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_nonzero_gap_is_highlighted_and_a_zero_one_is_not() {
+        let gap = ReportCounts {
+            received: 3,
+            processed: 1,
+            ..ReportCounts::default()
+        }
+        .with_gap();
+        let html = cells(&gap).into_string();
+        assert!(html.contains(r#"<td class="num gap""#), "{html}");
+        assert!(html.contains(">2</td>"), "{html}");
+        let none = cells(&ReportCounts::default().with_gap()).into_string();
+        assert!(!none.contains("gap"), "{none}");
+    }
+
+    #[test]
     fn chart_edges_fall_on_whole_steps_and_end_after_now() {
         let now = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap(); // 22:13:20 UTC
         let e = edges("", now).unwrap();
