@@ -187,6 +187,12 @@ impl Tokens {
         Tokens { entries }
     }
 
+    /// Every configured token as (SHA-256 digest of its secret, caller), in configuration
+    /// order; the console's sessions name their token by a keyed hash of this digest.
+    pub fn entries(&self) -> impl Iterator<Item = (&[u8; 32], &Caller)> {
+        self.entries.iter().map(|(d, c)| (d, c))
+    }
+
     /// The bearer token the request presents, if any: `Ok(None)` when there is no
     /// `Authorization` header, an error when there is one that is not a known bearer token.
     pub fn bearer(&self, headers: &HeaderMap) -> Result<Option<Caller>, ApiError> {

@@ -20,6 +20,7 @@
 //! | `GET /v1/breakers` | bearer `operator`/`admin` | 200 `{breakers}` |
 //! | `POST /v1/breakers/close` | bearer `operator`/`admin` for all tenants | 200 breaker; 400 no note; 403 tenant-restricted; 404 never opened; 409 not open |
 //! | `GET /metrics` | open, or bearer `operator`/`admin` | 200 Prometheus text |
+//! | `GET /console…` · `POST /console…` | a console session (signed in with an `operator`/`admin` token) | HTML pages; 303 to sign in; 403 CSRF; 404 other tenant |
 //! | `GET /healthz` · `GET /readyz` | anyone | 200; `/readyz` 503 when the store does not answer |
 //!
 //! Every error is `{"error":{"code","message"}}`; a request body that does not arrive within
@@ -40,6 +41,7 @@ mod auth;
 mod authority;
 mod breaker;
 mod connection;
+mod console;
 mod deadline;
 mod error;
 mod ingest;

@@ -1,6 +1,7 @@
 //! The `oncegate` command end to end: the real binary, real files, real stdin.
 
 mod corpus;
+mod deploy;
 mod migrate;
 mod operation_scope;
 mod pipes;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::ApiJson;
-use crate::auth::Role;
+use crate::auth::{Caller, Role};
 use crate::breaker;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -94,6 +94,17 @@ pub(crate) async fn close(
     let caller = state
         .tokens
         .require(&headers, &[Role::Operator, Role::Admin])?;
+    let closed = close_breaker(&state, &caller, req).await?;
+    Ok(Json(body(&closed)))
+}
+
+/// Closes the open breaker `req` names, as `caller`, shared by the `/v1` route and the console
+/// so both apply the same rules (a note, a token for every tenant).
+pub(crate) async fn close_breaker(
+    state: &AppState,
+    caller: &Caller,
+    req: CloseRequest,
+) -> Result<Breaker, ApiError> {
     // A breaker guards every tenant's deliveries of a strategy, so only a token that sees
     // every tenant may close it.
     if caller.tenants != TenantFilter::All {
@@ -152,5 +163,5 @@ pub(crate) async fn close(
         note = %note,
         "collision breaker closed by an operator"
     );
-    Ok(Json(body(&closed)))
+    Ok(closed)
 }

@@ -15,11 +15,11 @@ use crate::error::ApiError;
 use crate::ingest;
 use crate::state::AppState;
 
-mod breakers;
+pub(crate) mod breakers;
 mod effects;
 mod health;
-mod proof;
-mod queue;
+pub(crate) mod proof;
+pub(crate) mod queue;
 mod replay;
 mod report;
 mod work;
@@ -47,6 +47,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .merge(crate::console::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), timeout))

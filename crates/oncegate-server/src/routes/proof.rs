@@ -8,12 +8,12 @@ use axum::Json;
 use base64::Engine;
 use oncegate_core::ids::DeliveryId;
 use oncegate_core::matrix::{Action, Layer};
-use oncegate_store::{EffectRecord, ResolutionRecord};
+use oncegate_store::{EffectRecord, QueueItem, ResolutionRecord};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::ApiQuery;
-use crate::auth::Role;
+use crate::auth::{Caller, Role};
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::wire::{
@@ -58,13 +58,32 @@ pub(crate) async fn get_proof(
     let caller = state
         .tokens
         .require(&headers, &[Role::Operator, Role::Admin])?;
+    let (proof, _) = build(&state, &caller, &raw_id, q.payload.unwrap_or(false)).await?;
+    Ok(Json(proof))
+}
+
+/// What the proof page of the console shows beyond the JSON proof, read on the same pass.
+pub(crate) struct ProofExtras {
+    /// The matrix's view of the prior effect when the decision was made.
+    pub prior: &'static str,
+    pub effect: Option<EffectRecord>,
+    pub queue_item: Option<QueueItem>,
+}
+
+/// The proof of `raw_id` as `caller` may see it (another tenant's delivery is `not_found`),
+/// shared by the `/v1` route and the console so both show the same thing.
+pub(crate) async fn build(
+    state: &AppState,
+    caller: &Caller,
+    raw_id: &str,
+    want_payload: bool,
+) -> Result<(ProofBody, ProofExtras), ApiError> {
     let missing = || ApiError::not_found(format!("No delivery {raw_id} exists."));
     let id: DeliveryId = raw_id.parse().map_err(|_| missing())?;
     let delivery = match state.store.delivery(&id).await? {
         Some(d) if caller.sees(&d.tenant) => d,
         _ => return Err(missing()),
     };
-    let want_payload = q.payload.unwrap_or(false);
     if want_payload && !caller.is_admin() {
         return Err(ApiError::forbidden(
             "Only an admin token may read a delivery's payload.",
@@ -81,14 +100,13 @@ pub(crate) async fn get_proof(
         Some(e) => state.store.effect(e).await?,
         None => None,
     };
-    let resolution = match &proof.queue_item {
-        Some(q) => state
-            .store
-            .queue_item(q)
-            .await?
-            .and_then(|item| item.resolution.as_ref().map(resolution_body)),
+    let queue_item = match &proof.queue_item {
+        Some(q) => state.store.queue_item(q).await?,
         None => None,
     };
+    let resolution = queue_item
+        .as_ref()
+        .and_then(|item| item.resolution.as_ref().map(resolution_body));
     let details_value: serde_json::Value =
         serde_json::from_str(&proof.details_json).unwrap_or(serde_json::Value::Null);
     let details: ProofDetails = serde_json::from_value(details_value.clone()).unwrap_or_default();
@@ -132,7 +150,7 @@ pub(crate) async fn get_proof(
         queue_item_id: proof.queue_item.as_ref().map(ToString::to_string),
         shadow: crate::shadow::differing(&details.shadow, proof.action.as_str()),
     };
-    Ok(Json(ProofBody {
+    let body = ProofBody {
         decision,
         received_at: delivery.received_at,
         decided_at: proof.decided_at,
@@ -162,5 +180,11 @@ pub(crate) async fn get_proof(
         details: details_value,
         payload,
         payload_base64,
-    }))
+    };
+    let extras = ProofExtras {
+        prior: proof.prior.as_str(),
+        effect,
+        queue_item,
+    };
+    Ok((body, extras))
 }

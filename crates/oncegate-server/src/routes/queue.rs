@@ -15,7 +15,7 @@ use time::OffsetDateTime;
 
 use super::proof::resolution_body;
 use super::{ApiJson, ApiQuery};
-use crate::auth::Role;
+use crate::auth::{Caller, Role};
 use crate::error::ApiError;
 use crate::instant::parse_instant;
 use crate::state::AppState;
@@ -206,6 +206,18 @@ pub(crate) async fn resolve(
     let caller = state
         .tokens
         .require(&headers, &[Role::Operator, Role::Admin])?;
+    let resolved = resolve_item(&state, &caller, &raw_id, req).await?;
+    Ok(Json(item_body(&resolved, state.now())))
+}
+
+/// Resolves the open queue item `raw_id` names (a queue item id, or a delivery id with one open item) as `caller` (another tenant's delivery is
+/// `not_found`), shared by the `/v1` route and the console so both apply the same rules.
+pub(crate) async fn resolve_item(
+    state: &AppState,
+    caller: &Caller,
+    raw_id: &str,
+    req: ResolveRequest,
+) -> Result<QueueItem, ApiError> {
     let target: QueueRef = raw_id.parse().map_err(|_| {
         ApiError::not_found(format!(
             "No queue item or delivery {raw_id} exists (a queue item id starts with q_, a delivery id with dlv_)."
@@ -250,9 +262,7 @@ pub(crate) async fn resolve(
                         ),
                     ));
                 }
-                DeliveryItems::None => {
-                    return Err(not_queued(&state, |t| caller.sees(t), id).await?)
-                }
+                DeliveryItems::None => return Err(not_queued(state, |t| caller.sees(t), id).await?),
             }
         }
     };
@@ -306,5 +316,5 @@ pub(crate) async fn resolve(
         effect_id = resolved.resolution.as_ref().and_then(|r| r.effect.as_ref()).map(|e| e.to_string()).unwrap_or_default(),
         "queue item resolved"
     );
-    Ok(Json(item_body(&resolved, state.now())))
+    Ok(resolved)
 }

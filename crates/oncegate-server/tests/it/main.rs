@@ -2,6 +2,10 @@
 //! `reqwest`, every scenario run unchanged against SQLite and PostgreSQL.
 
 mod auth;
+mod console_browser;
+mod console_http;
+mod console_pages;
+mod console_support;
 mod data_shapes;
 mod deadlines;
 mod decisions;
@@ -82,6 +86,17 @@ both_backends!(
     deadlines::a_trickled_body_is_answered_408_and_journaled,
     queue::every_listed_item_is_resolvable_by_the_id_it_shows,
     queue::the_queue_pages_filters_and_counts,
+    console_http::console_the_session_cookie_is_strict_http_only_and_never_holds_the_token,
+    console_http::console_a_session_holds_on_a_sibling_and_dies_with_its_token,
+    console_http::console_forms_without_the_session_csrf_token_are_refused,
+    console_http::console_a_tenant_restricted_session_never_sees_another_tenant,
+    console_http::console_markup_in_stored_values_renders_as_text,
+    console_http::console_the_queue_resolves_in_place_or_by_redirect,
+    console_http::console_a_thousand_item_queue_is_paged_and_fast,
+    console_browser::console_an_operator_works_the_console_in_a_browser,
+    console_pages::console_the_proof_page_shows_what_the_proof_says,
+    console_pages::console_deliveries_filter_and_page,
+    console_pages::console_an_open_breaker_closes_with_a_note_only,
 );
 
 /// The store going away is exercised on PostgreSQL, where it can really go away under a

@@ -242,6 +242,17 @@ pub async fn every_listed_item_is_resolvable_by_the_id_it_shows(kind: Kind) {
         )
         .await;
     assert_eq!(r.status, 404, "{}", r.text);
+    // People settled these items, and the metrics say so.
+    let text = s.get("/metrics", Some(OPERATOR)).await.text;
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("oncegate_queue_settled_total{by=\"person\"")),
+        "{text}"
+    );
+    assert!(
+        text.contains("oncegate_queue_settle_seconds_count{by=\"person\"}"),
+        "{text}"
+    );
     s.stop().await;
 }
 
