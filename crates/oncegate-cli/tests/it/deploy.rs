@@ -23,7 +23,10 @@ fn the_systemd_unit_is_hardened_and_starts_serve_with_real_flags() {
         "MemoryDenyWriteExecute=yes",
         "KillSignal=SIGTERM",
     ] {
-        assert!(text.lines().any(|l| l == key), "{key} missing from the unit");
+        assert!(
+            text.lines().any(|l| l == key),
+            "{key} missing from the unit"
+        );
     }
     let exec = text
         .lines()
@@ -49,7 +52,10 @@ fn systemd_analyze_verifies_the_unit() {
     // at an environment file that may be absent.
     let text = unit()
         .replace("/usr/local/bin/oncegate", env!("CARGO_BIN_EXE_oncegate"))
-        .replace("EnvironmentFile=/etc/oncegate/env", "EnvironmentFile=-/etc/oncegate/env");
+        .replace(
+            "EnvironmentFile=/etc/oncegate/env",
+            "EnvironmentFile=-/etc/oncegate/env",
+        );
     let path = dir.path().join("oncegate.service");
     std::fs::write(&path, text).unwrap();
     let out = Command::new("systemd-analyze")

@@ -6,6 +6,7 @@
 
 mod aliases;
 mod harness;
+mod privileges;
 mod queue;
 mod reconciliation;
 mod rescope;
