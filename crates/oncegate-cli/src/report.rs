@@ -6,6 +6,34 @@ use comfy_table::{presets::UTF8_BORDERS_ONLY, CellAlignment, Table};
 use oncegate_store::{ReportCounts, Store, TenantFilter};
 use time::OffsetDateTime;
 
+use crate::json::{self, ReportDoc};
+
+/// The report as `GET /v1/report` serves it.
+pub async fn doc(store: &dyn Store, since: OffsetDateTime) -> Result<ReportDoc> {
+    let report = store.report(&TenantFilter::All, since).await?;
+    let total_tenant = match report.rows.first() {
+        Some(first) if report.rows.iter().all(|r| r.tenant == first.tenant) => first.tenant.clone(),
+        _ => "*".to_owned(),
+    };
+    Ok(ReportDoc {
+        since: json::instant(report.since),
+        rows: report
+            .rows
+            .iter()
+            .map(|r| {
+                json::report_row(
+                    &r.tenant,
+                    &r.provider,
+                    &r.env,
+                    r.event_type.clone(),
+                    &r.counts,
+                )
+            })
+            .collect(),
+        total: json::report_row(&total_tenant, "*", "*", None, &report.total),
+    })
+}
+
 /// Renders the report of deliveries received since `since`.
 pub async fn render(store: &dyn Store, since: OffsetDateTime) -> Result<String> {
     let report = store.report(&TenantFilter::All, since).await?;
