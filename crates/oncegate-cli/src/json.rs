@@ -132,8 +132,7 @@ pub fn report_row(
     }
 }
 
-/// `GET /v1/report`: `{since, rows, total}`; the total's provider and env are `*`, and its
-/// tenant is `*` when the rows span several tenants.
+/// `GET /v1/report`: `{since, rows, total}`; the total's tenant, provider and env are `*`.
 #[derive(Serialize)]
 pub struct ReportDoc {
     pub since: String,
