@@ -303,6 +303,37 @@ async fn documents_match_the_api(url: &str) {
     assert_eq!(key["effect_key"], first["effect_key"], "{key}");
     assert_eq!(key["strategy"]["name"], first["strategy"]["name"], "{key}");
     assert_eq!(key["event_type"], "refund.created");
+
+    // A reception journaled with no decision: explain keeps every name of the proof, the
+    // decision's fields null, and the report counts it in the gap yet still exits 0.
+    let journal = oncegate_store::open(url).await.unwrap();
+    let undecided = journal
+        .journal(oncegate_store::NewReception {
+            tenant: "acme".into(),
+            provider: "payflow".into(),
+            env: "live".into(),
+            event_type: Some("refund.created".into()),
+            received_at: time::OffsetDateTime::now_utc(),
+            size: 2,
+            body_sha256: "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a".into(),
+            headers_json: "{}".into(),
+            payload: Some(b"{}".to_vec()),
+            transport_key: None,
+            correlation_id: None,
+        })
+        .await
+        .unwrap()
+        .to_string();
+    drop(journal);
+    let bare = doc(&[&["explain", undecided.as_str(), "--json"][..], &store].concat());
+    let decided = get(&base, &format!("/v1/deliveries/{}", ids[0])).await;
+    assert_eq!(keys(&bare), keys(&decided), "{bare}");
+    assert_eq!(bare["delivery_id"], undecided.as_str());
+    assert_eq!(bare["action"], Value::Null, "{bare}");
+    assert_eq!(bare["decided_at"], Value::Null, "{bare}");
+    let gap = doc(&[&["report", "--since", since, "--json"][..], &store].concat());
+    assert_eq!(gap["total"]["unexplained_gap"], 1, "{gap}");
+    assert_eq!(gap["total"]["received"], 5, "{gap}");
     let _ = stop.send(());
 }
 
