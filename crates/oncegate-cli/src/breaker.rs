@@ -21,6 +21,19 @@ pub fn rule(window: std::time::Duration) -> BreakerRule {
     }
 }
 
+/// `breaker list --json`: the breakers as `GET /v1/breakers` serves them.
+pub async fn list_doc(
+    store: &dyn Store,
+    window: std::time::Duration,
+) -> Result<crate::json::BreakerListDoc> {
+    let breakers = store
+        .breakers(&rule(window), OffsetDateTime::now_utc())
+        .await?;
+    Ok(crate::json::BreakerListDoc {
+        breakers: breakers.iter().map(crate::json::breaker).collect(),
+    })
+}
+
 pub async fn list(store: &dyn Store, window: std::time::Duration) -> Result<String> {
     let breakers = store
         .breakers(&rule(window), OffsetDateTime::now_utc())
@@ -132,12 +145,16 @@ pub async fn close(store: &dyn Store, a: CloseArgs<'_>) -> Result<String> {
 #[derive(clap::Subcommand)]
 pub enum BreakerCommand {
     /// Every strategy's breaker: state, matches and collisions in the window, who closed it.
+    #[command(after_help = crate::exit::BREAKER_LIST)]
     List {
         /// How far back matches count.
         #[arg(long, value_parser = crate::duration, default_value = "24h")]
         window: std::time::Duration,
         #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
         store: String,
+        /// Print the breakers as one JSON line, with the field names of `GET /v1/breakers`.
+        #[arg(long)]
+        json: bool,
     },
     /// Close an open breaker after checking its collisions: `breaker close payflow live refund.created refund-fingerprint@1 --note … --by …`.
     Close {
@@ -158,8 +175,15 @@ pub enum BreakerCommand {
 pub fn main(command: BreakerCommand) -> Result<()> {
     crate::runtime()?.block_on(async {
         let out = match &command {
-            BreakerCommand::List { window, store } => {
+            BreakerCommand::List {
+                window,
+                store,
+                json,
+            } => {
                 let store = oncegate_store::open(store).await?;
+                if *json {
+                    return crate::json::print(&list_doc(store.as_ref(), *window).await?);
+                }
                 list(store.as_ref(), *window).await?
             }
             BreakerCommand::Close {

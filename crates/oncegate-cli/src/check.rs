@@ -2,12 +2,147 @@
 
 use anyhow::Result;
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
-use oncegate_core::contract::EventTypeSource;
+use oncegate_core::contract::{Contract, EventTypeSource};
+use oncegate_core::strategy::Strategy;
+use serde::Serialize;
 use std::path::Path;
 use std::process::ExitCode;
 
-pub fn run(path: &Path) -> Result<ExitCode> {
+/// `check --json`: the contract as the checker read it.
+#[derive(Serialize)]
+struct CheckDoc {
+    file: String,
+    valid: bool,
+    providers: Vec<ProviderDoc>,
+}
+
+#[derive(Serialize)]
+struct ProviderDoc {
+    name: String,
+    /// Where the event type is read: `{"pointer": …}` or `{"header": …}`.
+    event_type_source: serde_json::Value,
+    /// The header holding the provider's delivery id (a strong transport key); `null` means
+    /// the raw body hash is the (weak) transport key.
+    delivery_id_header: Option<String>,
+    types: Vec<TypeDoc>,
+}
+
+#[derive(Serialize)]
+struct TypeDoc {
+    name: String,
+    criticality: String,
+    operation: String,
+    resource: Option<String>,
+    durable: bool,
+    discriminants: Vec<String>,
+    authority: bool,
+    /// The hierarchy, in the order strategies are tried.
+    strategies: Vec<StrategyDoc>,
+    /// Shadow strategies: evaluated and counted, never making the key.
+    shadow: Vec<StrategyDoc>,
+    volatile: Vec<FieldNote>,
+    unordered: Vec<FieldNote>,
+}
+
+#[derive(Serialize)]
+struct StrategyDoc {
+    /// `name@version`.
+    label: String,
+    level: String,
+    confidence: String,
+    /// Empty: the canonical body minus the volatile fields.
+    fields: Vec<FieldDoc>,
+    horizon_seconds: u64,
+    scope: String,
+}
+
+#[derive(Serialize)]
+struct FieldDoc {
+    pointer: String,
+    normalize: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct FieldNote {
+    pointer: String,
+    why: String,
+}
+
+fn doc(path: &Path, contract: &Contract) -> CheckDoc {
+    let strategy = |s: &Strategy| StrategyDoc {
+        label: s.label(),
+        level: s.level.as_str().to_owned(),
+        confidence: s.confidence.as_str().to_owned(),
+        fields: s
+            .fields
+            .iter()
+            .map(|f| FieldDoc {
+                pointer: f.pointer.as_str().to_owned(),
+                normalize: f.normalize.iter().map(|n| n.as_str().to_owned()).collect(),
+            })
+            .collect(),
+        horizon_seconds: s.horizon.as_secs(),
+        scope: s.scope.as_str().to_owned(),
+    };
+    CheckDoc {
+        file: path.display().to_string(),
+        valid: true,
+        providers: contract
+            .providers
+            .values()
+            .map(|p| ProviderDoc {
+                name: p.name.clone(),
+                event_type_source: match &p.event_type {
+                    EventTypeSource::Pointer(x) => serde_json::json!({"pointer": x.to_string()}),
+                    EventTypeSource::Header(h) => serde_json::json!({"header": h.to_string()}),
+                },
+                delivery_id_header: p.delivery_id_header.as_ref().map(ToString::to_string),
+                types: p
+                    .types
+                    .values()
+                    .map(|t| TypeDoc {
+                        name: t.name.clone(),
+                        criticality: t.criticality.as_str().to_owned(),
+                        operation: t.operation.to_string(),
+                        resource: t.resource.as_ref().map(ToString::to_string),
+                        durable: t.durable,
+                        discriminants: t
+                            .discriminants
+                            .iter()
+                            .map(|d| d.as_str().to_owned())
+                            .collect(),
+                        authority: t.authority.is_some(),
+                        strategies: t.strategies.iter().map(strategy).collect(),
+                        shadow: t.shadow.iter().map(strategy).collect(),
+                        volatile: t
+                            .volatile
+                            .iter()
+                            .map(|v| FieldNote {
+                                pointer: v.pointer.to_string(),
+                                why: v.why.to_string(),
+                            })
+                            .collect(),
+                        unordered: t
+                            .unordered
+                            .iter()
+                            .map(|u| FieldNote {
+                                pointer: u.pointer.to_string(),
+                                why: u.why.to_string(),
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+pub fn run(path: &Path, json: bool) -> Result<ExitCode> {
     let contract = crate::contract::load(path)?;
+    if json {
+        crate::json::print(&doc(path, &contract))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     outln!("{}: valid", path.display())?;
     for provider in contract.providers.values() {
         let reads = match &provider.event_type {

@@ -225,3 +225,27 @@ pub async fn render(store: &dyn Store, id: &str) -> Result<String> {
     }
     Ok(out)
 }
+
+/// The proof of `id` as `GET /v1/deliveries/{id}` serves it (see [`crate::json::ProofDoc`]).
+pub async fn doc(store: &dyn Store, id: &str) -> Result<crate::json::ProofDoc> {
+    let id: DeliveryId = id.parse().map_err(|e| anyhow!("{e}"))?;
+    let delivery = store
+        .delivery(&id)
+        .await?
+        .ok_or_else(|| anyhow!("no delivery {id} in this store"))?;
+    let proof = store.proof(&id).await?;
+    let effect = match proof.as_ref().and_then(|p| p.effect.as_ref()) {
+        Some(e) => store.effect(e).await?,
+        None => None,
+    };
+    let item = match proof.as_ref().and_then(|p| p.queue_item.as_ref()) {
+        Some(q) => store.queue_item(q).await?,
+        None => None,
+    };
+    Ok(crate::json::proof(
+        &delivery,
+        proof.as_ref(),
+        effect.as_ref(),
+        item.as_ref(),
+    ))
+}

@@ -3,18 +3,77 @@
 use anyhow::{anyhow, bail, Context, Result};
 use oncegate_core::identity::{self, event_type_of, Origin};
 use oncegate_core::json::{parse, Limits};
+use serde::Serialize;
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 use std::process::ExitCode;
 
-pub fn run(
-    contract: &Path,
-    tenant: &str,
-    provider: &str,
-    env: &str,
-    event_type: Option<&str>,
-    raw_headers: &[String],
-) -> Result<ExitCode> {
+/// Where the event read on stdin comes from, as the command line names it.
+pub struct Event<'a> {
+    pub tenant: &'a str,
+    pub provider: &'a str,
+    pub env: &'a str,
+    /// Read from the body or headers as the contract says when `None`.
+    pub event_type: Option<&'a str>,
+    /// `name: value` lines.
+    pub headers: &'a [String],
+}
+
+/// `key --json`: the keys the service would compute, with the names its proofs use
+/// (`effect_key`, `transport_key`, `transport_strength`, `skipped_strategies`).
+#[derive(Serialize)]
+struct KeyDoc<'a> {
+    tenant: &'a str,
+    provider: &'a str,
+    env: &'a str,
+    event_type: &'a str,
+    criticality: &'a str,
+    transport_key: &'a str,
+    /// `strong` (provider delivery id) or `weak` (raw body hash).
+    transport_strength: &'static str,
+    transport_source: &'a str,
+    /// `null` when no strategy applies (exit status 1).
+    effect_key: Option<&'a str>,
+    strategy: Option<KeyStrategy<'a>>,
+    scope: Option<&'a str>,
+    fields: Vec<KeyField<'a>>,
+    skipped_strategies: Vec<KeySkipped<'a>>,
+    /// Each discriminant's canonical value (a keyed hash when sensitive), `null` when absent.
+    discriminants: BTreeMap<&'a str, Option<&'a str>>,
+    notes: &'a [String],
+}
+
+#[derive(Serialize)]
+struct KeyStrategy<'a> {
+    name: &'a str,
+    version: u32,
+    level: String,
+    confidence: &'static str,
+}
+
+#[derive(Serialize)]
+struct KeyField<'a> {
+    pointer: &'a str,
+    shown: &'a str,
+}
+
+#[derive(Serialize)]
+struct KeySkipped<'a> {
+    /// `name@version`.
+    strategy: &'a str,
+    level: String,
+    why: &'a str,
+}
+
+pub fn run(contract: &Path, event: Event<'_>, json: bool) -> Result<ExitCode> {
+    let Event {
+        tenant,
+        provider,
+        env,
+        event_type,
+        headers: raw_headers,
+    } = event;
     let contract = crate::contract::load(contract)?;
     let p = contract
         .provider(provider)
@@ -57,6 +116,59 @@ pub fn run(
         .map(|(_, v)| v.as_str());
     let transport = identity::transport_key(origin, delivery_id, &body);
     let id = identity::identify(t, origin, &doc, &salt);
+    let code = if id.effect.is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    };
+    if json {
+        let k = id.effect.as_ref();
+        crate::json::print(&KeyDoc {
+            tenant,
+            provider,
+            env,
+            event_type: &type_name,
+            criticality: t.criticality.as_str(),
+            transport_key: &transport.key,
+            transport_strength: if transport.strong { "strong" } else { "weak" },
+            transport_source: &transport.source,
+            effect_key: k.map(|k| k.key.as_str()),
+            strategy: k.map(|k| KeyStrategy {
+                name: &k.strategy,
+                version: k.version,
+                level: k.level.to_string(),
+                confidence: k.confidence.as_str(),
+            }),
+            scope: k.map(|k| k.scope.as_str()),
+            fields: k
+                .map(|k| {
+                    k.fields
+                        .iter()
+                        .map(|f| KeyField {
+                            pointer: &f.pointer,
+                            shown: &f.shown,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            skipped_strategies: id
+                .skipped
+                .iter()
+                .map(|s| KeySkipped {
+                    strategy: &s.strategy,
+                    level: s.level.to_string(),
+                    why: &s.why,
+                })
+                .collect(),
+            discriminants: id
+                .discriminants
+                .iter()
+                .map(|(f, v)| (f.as_str(), v.as_deref()))
+                .collect(),
+            notes: &id.notes,
+        })?;
+        return Ok(code);
+    }
     outln!(
         "provider:   {provider}  env: {env}  tenant: {tenant}  type: {type_name} ({})",
         t.criticality.as_str()
@@ -70,7 +182,7 @@ pub fn run(
     for s in &id.skipped {
         outln!("skipped:    {} ({}): {}", s.strategy, s.level, s.why)?;
     }
-    let code = match &id.effect {
+    match &id.effect {
         Some(k) => {
             outln!(
                 "strategy:   {}@{} level {} confidence {}",
@@ -89,13 +201,11 @@ pub fn run(
                 };
                 outln!("field:      {at} = {}", f.shown)?;
             }
-            ExitCode::SUCCESS
         }
         None => {
             outln!("key:        none: no strategy applies; the service would answer `reconcile` on a critical type")?;
-            ExitCode::from(1)
         }
-    };
+    }
     for (field, value) in &id.discriminants {
         outln!(
             "discriminant: {field} = {}",

@@ -4,6 +4,8 @@
 #[macro_use]
 mod output;
 
+mod exit;
+
 mod breaker;
 mod canon;
 mod check;
@@ -11,6 +13,7 @@ mod contract;
 mod corpus;
 mod demo;
 mod explain;
+mod json;
 mod key;
 mod migrate;
 mod purge;
@@ -128,12 +131,17 @@ enum Command {
         lines: bool,
     },
     /// Validate a contract and print each event type's key hierarchy.
+    #[command(after_help = exit::CHECK)]
     Check {
         /// The contract file.
         #[arg(env = "ONCEGATE_CONTRACT", default_value = "examples/oncegate.toml")]
         file: PathBuf,
+        /// Print the providers, types and hierarchies as one JSON line.
+        #[arg(long)]
+        json: bool,
     },
     /// Compute the keys of one event read on stdin, as the service would.
+    #[command(after_help = exit::KEY)]
     Key {
         #[arg(long)]
         provider: String,
@@ -153,12 +161,19 @@ enum Command {
             default_value = "examples/oncegate.toml"
         )]
         contract: PathBuf,
+        /// Print the keys as one JSON line.
+        #[arg(long)]
+        json: bool,
     },
     /// Explain one delivery: decision, reason, strategy and the ones skipped, key, links, effect, resolution.
+    #[command(after_help = exit::EXPLAIN)]
     Explain {
         delivery_id: String,
         #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
         store: String,
+        /// Print the proof as one JSON line, with the field names of `GET /v1/deliveries/{id}`.
+        #[arg(long)]
+        json: bool,
     },
     /// After a cut-over to new strategy versions: alias live effects to the keys the new
     /// contract makes for them, so retries of old events are still recognized.
@@ -175,12 +190,16 @@ enum Command {
         command: corpus::CorpusCommand,
     },
     /// Received, applied, ignored, pending and the unexplained gap, per provider/env/type.
+    #[command(after_help = exit::REPORT)]
     Report {
         /// Only deliveries received at or after this RFC 3339 instant (default: 24 hours ago).
         #[arg(long)]
         since: Option<String>,
         #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
         store: String,
+        /// Print the report as one JSON line, with the field names of `GET /v1/report`.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -188,7 +207,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome: Result<ExitCode> = match cli.command {
         Command::Canon { lines } => canon::run(lines),
-        Command::Check { file } => check::run(&file),
+        Command::Check { file, json } => check::run(&file, json),
         Command::Key {
             provider,
             event_type,
@@ -196,13 +215,17 @@ fn main() -> ExitCode {
             tenant,
             headers,
             contract,
+            json,
         } => key::run(
             &contract,
-            &tenant,
-            &provider,
-            &env,
-            event_type.as_deref(),
-            &headers,
+            key::Event {
+                tenant: &tenant,
+                provider: &provider,
+                env: &env,
+                event_type: event_type.as_deref(),
+                headers: &headers,
+            },
+            json,
         ),
         Command::Serve {
             contract,
@@ -264,16 +287,24 @@ fn main() -> ExitCode {
         Command::Demo => runtime()
             .and_then(|rt| rt.block_on(demo::run()))
             .map(|()| ExitCode::SUCCESS),
-        Command::Explain { delivery_id, store } => runtime()
+        Command::Explain {
+            delivery_id,
+            store,
+            json,
+        } => runtime()
             .and_then(|rt| {
                 rt.block_on(async {
                     let store = oncegate_store::open(&store).await?;
-                    out!("{}", explain::render(store.as_ref(), &delivery_id).await?)?;
+                    if json {
+                        crate::json::print(&explain::doc(store.as_ref(), &delivery_id).await?)?;
+                    } else {
+                        out!("{}", explain::render(store.as_ref(), &delivery_id).await?)?;
+                    }
                     Ok(())
                 })
             })
             .map(|()| ExitCode::SUCCESS),
-        Command::Report { since, store } => runtime()
+        Command::Report { since, store, json } => runtime()
             .and_then(|rt| {
                 rt.block_on(async {
                     let since = match since {
@@ -285,7 +316,11 @@ fn main() -> ExitCode {
                         None => time::OffsetDateTime::now_utc() - time::Duration::days(1),
                     };
                     let store = oncegate_store::open(&store).await?;
-                    out!("{}", report::render(store.as_ref(), since).await?)?;
+                    if json {
+                        crate::json::print(&report::doc(store.as_ref(), since).await?)?;
+                    } else {
+                        out!("{}", report::render(store.as_ref(), since).await?)?;
+                    }
                     Ok(())
                 })
             })

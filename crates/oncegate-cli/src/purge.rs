@@ -4,7 +4,8 @@
 
 use anyhow::Result;
 use oncegate_core::contract::Contract;
-use oncegate_store::{PurgePolicy, Store};
+use oncegate_store::{PurgeCounts, PurgePolicy, Store};
+use serde::Serialize;
 use std::fmt::Write as _;
 use time::OffsetDateTime;
 
@@ -20,15 +21,39 @@ fn to_time(d: std::time::Duration) -> time::Duration {
     time::Duration::try_from(d).unwrap_or(time::Duration::MAX)
 }
 
-pub async fn run(store: &dyn Store, contract: &Contract, dry_run: bool) -> Result<String> {
+/// `purge --json`: what was (or, dry, would be) removed, with the store's count names. The
+/// HTTP API has no purge, so these names are the CLI's own.
+#[derive(Serialize)]
+struct PurgeDoc {
+    dry_run: bool,
+    payload_retention_seconds: u64,
+    proof_retention_seconds: u64,
+    index_entries: u64,
+    payloads: u64,
+    proofs: u64,
+    deliveries: u64,
+    effects: u64,
+    queue_items: u64,
+    /// Breaker counters and settled missing-operation records.
+    observations: u64,
+    /// Effects of durable types kept without their proofs (never purged).
+    durable_identities_kept: u64,
+}
+
+async fn purge(store: &dyn Store, contract: &Contract, dry_run: bool) -> Result<PurgeCounts> {
     let settings = &contract.settings;
     let policy = PurgePolicy {
         payload_retention: to_time(settings.payload_retention),
         proof_retention: to_time(settings.proof_retention),
     };
-    let c = store
+    Ok(store
         .purge(&policy, OffsetDateTime::now_utc(), dry_run)
-        .await?;
+        .await?)
+}
+
+pub async fn run(store: &dyn Store, contract: &Contract, dry_run: bool) -> Result<String> {
+    let settings = &contract.settings;
+    let c = purge(store, contract, dry_run).await?;
     let mut out = String::new();
     let w = &mut out;
     writeln!(
@@ -63,10 +88,14 @@ pub async fn run(store: &dyn Store, contract: &Contract, dry_run: bool) -> Resul
 
 /// `oncegate purge` arguments.
 #[derive(clap::Args)]
+#[command(after_help = crate::exit::PURGE)]
 pub struct PurgeArgs {
     /// Count what would be removed, remove nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Print the counts as one JSON line.
+    #[arg(long)]
+    json: bool,
     /// `postgres://…` or a SQLite path (default: the contract's `settings.store`, else `oncegate.db`).
     #[arg(long, env = "ONCEGATE_STORE")]
     store: Option<String>,
@@ -84,7 +113,24 @@ pub fn main(args: PurgeArgs) -> Result<()> {
     crate::runtime()?.block_on(async {
         let url = crate::serve::store_url(args.store.as_deref(), Some(&contract));
         let store = oncegate_store::open(&url).await?;
-        out!("{}", run(store.as_ref(), &contract, args.dry_run).await?)?;
-        Ok(())
+        if !args.json {
+            out!("{}", run(store.as_ref(), &contract, args.dry_run).await?)?;
+            return Ok(());
+        }
+        let c = purge(store.as_ref(), &contract, args.dry_run).await?;
+        let s = &contract.settings;
+        crate::json::print(&PurgeDoc {
+            dry_run: args.dry_run,
+            payload_retention_seconds: s.payload_retention.as_secs(),
+            proof_retention_seconds: s.proof_retention.as_secs(),
+            index_entries: c.index_entries,
+            payloads: c.payloads,
+            proofs: c.proofs,
+            deliveries: c.deliveries,
+            effects: c.effects,
+            queue_items: c.queue_items,
+            observations: c.observations,
+            durable_identities_kept: c.durable_identities_kept,
+        })
     })
 }

@@ -10,10 +10,12 @@ use comfy_table::{presets::UTF8_FULL, ContentArrangement, Table};
 use oncegate_core::ids::DeliveryId;
 use oncegate_server::parse_instant;
 use oncegate_store::{
-    DeliveryItems, DeliveryRecord, QueueCursor, QueueFilter, QueueItem, QueueKind, QueueRef,
-    QueueStatus, Resolution, ResolutionOutcome, StatusCounts, Store,
+    DeliveryItems, DeliveryRecord, QueueCursor, QueueFilter, QueueItem, QueueKind, QueuePage,
+    QueueRef, QueueStatus, Resolution, ResolutionOutcome, StatusCounts, Store,
 };
 use std::fmt::Write as _;
+
+use crate::json;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
@@ -44,7 +46,8 @@ fn counts_text(c: StatusCounts) -> String {
     format!("{} open, {} resolved", c.open, c.resolved)
 }
 
-pub async fn list(store: &dyn Store, a: ListArgs<'_>) -> Result<String> {
+/// The page `a` selects, and the instant its ages are counted from.
+async fn page(store: &dyn Store, a: ListArgs<'_>) -> Result<(QueuePage, OffsetDateTime)> {
     let kind = match a.kind {
         None | Some("all") => None,
         Some(k) => Some(
@@ -85,7 +88,28 @@ pub async fn list(store: &dyn Store, a: ListArgs<'_>) -> Result<String> {
             .transpose()?,
         ..QueueFilter::default()
     };
-    let page = store.queue_page(&filter).await?;
+    Ok((store.queue_page(&filter).await?, now))
+}
+
+/// `queue list --json`: the page as `GET /v1/queue` serves it.
+pub async fn list_doc(store: &dyn Store, a: ListArgs<'_>) -> Result<json::QueueListDoc> {
+    let (page, now) = page(store, a).await?;
+    Ok(json::QueueListDoc {
+        items: page
+            .items
+            .iter()
+            .map(|i| json::queue_item(i, now))
+            .collect(),
+        next: page.next.as_ref().map(ToString::to_string),
+        counts: json::QueueCountsDoc {
+            quarantine: page.counts.quarantine.into(),
+            reconcile: page.counts.reconcile.into(),
+        },
+    })
+}
+
+pub async fn list(store: &dyn Store, a: ListArgs<'_>) -> Result<String> {
+    let (page, now) = page(store, a).await?;
     let counts = format!(
         "quarantine: {}; reconcile: {}\n",
         counts_text(page.counts.quarantine),
@@ -218,6 +242,21 @@ fn payload_text(d: Option<&DeliveryRecord>) -> String {
             text
         }
     }
+}
+
+/// `queue show --json`: the item as `GET /v1/queue` lists it, with both payloads.
+pub async fn show_doc(store: &dyn Store, raw: &str) -> Result<json::QueueShowDoc> {
+    let item = item_of(store, raw).await?;
+    let delivery = store.delivery(&item.delivery).await?;
+    let reference = match &item.first_delivery {
+        Some(r) => store.delivery(r).await?,
+        None => None,
+    };
+    Ok(json::QueueShowDoc {
+        item: json::queue_item(&item, OffsetDateTime::now_utc()),
+        payload: json::payload(delivery.as_ref()),
+        reference_payload: json::payload(reference.as_ref()),
+    })
 }
 
 pub async fn show(store: &dyn Store, raw: &str) -> Result<String> {
@@ -414,6 +453,7 @@ pub async fn resolve(store: &dyn Store, a: ResolveArgs<'_>) -> Result<String> {
 pub enum QueueCommand {
     /// Queue items, oldest first, a page at a time: quarantined collisions and deliveries to
     /// reconcile, with counts per kind and status.
+    #[command(after_help = crate::exit::QUEUE_LIST)]
     List {
         /// `quarantine`, `reconcile` or `all`.
         #[arg(long)]
@@ -441,13 +481,22 @@ pub enum QueueCommand {
         after: Option<String>,
         #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
         store: String,
+        /// Print the page as one JSON line, with the field names of `GET /v1/queue` (`next`
+        /// is the cursor for `--after`).
+        #[arg(long)]
+        json: bool,
     },
     /// One item (by queue item id or delivery id): the delivery, its reference, the differences and payloads side by side, the existing result.
+    #[command(after_help = crate::exit::QUEUE_SHOW)]
     Show {
         /// A queue item id (`q_…`) or a delivery id (`dlv_…`).
         id: String,
         #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
         store: String,
+        /// Print the item as one JSON line: the fields of a `GET /v1/queue` item, plus
+        /// `payload` and `reference_payload`.
+        #[arg(long)]
+        json: bool,
     },
     /// Settle an item as `distinct` (released as new claimable work) or `duplicate` (linked).
     Resolve {
@@ -481,25 +530,29 @@ pub fn main(command: QueueCommand) -> Result<()> {
                 limit,
                 after,
                 store,
+                json,
             } => {
                 let store = oncegate_store::open(store).await?;
-                list(
-                    store.as_ref(),
-                    ListArgs {
-                        kind: kind.as_deref(),
-                        status: status.as_deref(),
-                        provider: provider.as_deref(),
-                        event_type: event_type.as_deref(),
-                        older_than: older_than.as_deref(),
-                        newer_than: newer_than.as_deref(),
-                        limit: *limit,
-                        after: after.as_deref(),
-                    },
-                )
-                .await?
+                let args = ListArgs {
+                    kind: kind.as_deref(),
+                    status: status.as_deref(),
+                    provider: provider.as_deref(),
+                    event_type: event_type.as_deref(),
+                    older_than: older_than.as_deref(),
+                    newer_than: newer_than.as_deref(),
+                    limit: *limit,
+                    after: after.as_deref(),
+                };
+                if *json {
+                    return json::print(&list_doc(store.as_ref(), args).await?);
+                }
+                list(store.as_ref(), args).await?
             }
-            QueueCommand::Show { id, store } => {
+            QueueCommand::Show { id, store, json } => {
                 let store = oncegate_store::open(store).await?;
+                if *json {
+                    return json::print(&show_doc(store.as_ref(), id).await?);
+                }
                 show(store.as_ref(), id).await?
             }
             QueueCommand::Resolve {

@@ -3,15 +3,20 @@
 
 use anyhow::{bail, Result};
 use oncegate_server::{reconcile_once, RunReport, ServiceConfig};
+use serde::Serialize;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 /// `oncegate reconcile` arguments.
 #[derive(clap::Args)]
+#[command(after_help = crate::exit::RECONCILE)]
 pub struct ReconcileArgs {
     /// Run one pass and exit (the continuous worker runs inside `oncegate serve`).
     #[arg(long)]
     once: bool,
+    /// Print the pass as one JSON line: `items` (one per queue item attempted) and `sweep`.
+    #[arg(long)]
+    json: bool,
     /// `postgres://…` or a SQLite path (default: the contract's `settings.store`, else `oncegate.db`).
     #[arg(long, env = "ONCEGATE_STORE")]
     store: Option<String>,
@@ -53,9 +58,75 @@ pub fn main(args: ReconcileArgs) -> Result<()> {
         let mut config = ServiceConfig::new(contract.clone(), store, salt);
         config.ca_file = args.ca_file.clone();
         let report = reconcile_once(&config).await?;
+        if args.json {
+            return crate::json::print(&doc(&report));
+        }
         out!("{}", render(&report))?;
         Ok(())
     })
+}
+
+/// `reconcile --once --json`; an item's names are the queue's (`queue_item_id`,
+/// `delivery_id`, `authoritative_ref`, `effect_id`).
+#[derive(Serialize)]
+pub struct RunDoc {
+    pub items: Vec<ItemDoc>,
+    pub sweep: Vec<SweepDoc>,
+}
+
+#[derive(Serialize)]
+pub struct ItemDoc {
+    pub queue_item_id: String,
+    pub delivery_id: String,
+    /// `distinct`, `duplicate`, or `open` (left for a later attempt or a person).
+    pub verdict: &'static str,
+    pub authoritative_ref: Option<String>,
+    /// The effect released (distinct) or linked (duplicate).
+    pub effect_id: Option<String>,
+    pub summary: String,
+}
+
+#[derive(Serialize)]
+pub struct SweepDoc {
+    pub tenant: String,
+    pub provider: String,
+    pub env: String,
+    pub event_type: String,
+    pub resource: String,
+    /// References of authority operations with no local effect.
+    pub missing: Vec<String>,
+    /// Set when the authority could not be asked.
+    pub error: Option<String>,
+}
+
+pub fn doc(report: &RunReport) -> RunDoc {
+    RunDoc {
+        items: report
+            .items
+            .iter()
+            .map(|i| ItemDoc {
+                queue_item_id: i.item.to_string(),
+                delivery_id: i.delivery.to_string(),
+                verdict: i.verdict,
+                authoritative_ref: i.authoritative_ref.clone(),
+                effect_id: i.effect.as_ref().map(ToString::to_string),
+                summary: i.summary.clone(),
+            })
+            .collect(),
+        sweep: report
+            .sweep
+            .iter()
+            .map(|s| SweepDoc {
+                tenant: s.scope.tenant.clone(),
+                provider: s.scope.provider.clone(),
+                env: s.scope.env.clone(),
+                event_type: s.scope.event_type.clone(),
+                resource: s.scope.resource.clone(),
+                missing: s.missing.clone(),
+                error: s.error.clone(),
+            })
+            .collect(),
+    }
 }
 
 /// One line per item: delivery, verdict, reference, and what the authority said.

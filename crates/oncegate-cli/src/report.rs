@@ -6,6 +6,32 @@ use comfy_table::{presets::UTF8_BORDERS_ONLY, CellAlignment, Table};
 use oncegate_store::{ReportCounts, Store, TenantFilter};
 use time::OffsetDateTime;
 
+use crate::json::{self, ReportDoc};
+
+/// The report as `GET /v1/report` serves it.
+pub async fn doc(store: &dyn Store, since: OffsetDateTime) -> Result<ReportDoc> {
+    let report = store.report(&TenantFilter::All, since).await?;
+    Ok(ReportDoc {
+        since: json::instant(report.since),
+        rows: report
+            .rows
+            .iter()
+            .map(|r| {
+                json::report_row(
+                    &r.tenant,
+                    &r.provider,
+                    &r.env,
+                    r.event_type.clone(),
+                    &r.counts,
+                )
+            })
+            .collect(),
+        // The CLI reads every tenant, as an all-tenants token does, for which the API names the
+        // total's tenant `*`.
+        total: json::report_row("*", "*", "*", None, &report.total),
+    })
+}
+
 /// Renders the report of deliveries received since `since`.
 pub async fn render(store: &dyn Store, since: OffsetDateTime) -> Result<String> {
     let report = store.report(&TenantFilter::All, since).await?;

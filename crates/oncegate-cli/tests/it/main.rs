@@ -2,6 +2,7 @@
 
 mod corpus;
 mod deploy;
+mod json;
 mod migrate;
 mod operation_scope;
 mod pipes;

@@ -274,3 +274,58 @@ fn https_authority(body: &'static str) -> (String, String) {
     });
     (format!("https://{addr}"), ca.pem())
 }
+
+/// `reconcile --once --json`: one document naming the item, its verdict, the authority's
+/// reference and the effect it released; the second pass's document has no items.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_once_json_names_the_item_its_verdict_and_the_released_effect() {
+    let base = authority(
+        r#"{"refunds":[{"id":"re_A","amount":1500,"currency":"EUR"},{"id":"re_B","amount":1500,"currency":"EUR"}]}"#,
+    );
+    let q = queue_second_refund(&base).await;
+    let out = q.run(&["--once", "--json"], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "one compact line: {stdout}");
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    let items = doc["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{doc}");
+    let item = &items[0];
+    assert_eq!(item["delivery_id"], q.second.as_str(), "{doc}");
+    assert_eq!(item["verdict"], "distinct", "{doc}");
+    assert_eq!(item["authoritative_ref"], "re_B", "{doc}");
+    assert!(item["queue_item_id"].as_str().unwrap().starts_with("q_"));
+    let effect = item["effect_id"].as_str().unwrap().to_owned();
+    assert!(doc["sweep"].is_array(), "{doc}");
+
+    // The API's queue shows the same item, resolved with the same effect.
+    let queue: Value = q
+        .http
+        .get(format!("{}/v1/queue?status=all", q.service))
+        .bearer_auth("operator-1")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let listed = queue["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["queue_item_id"] == item["queue_item_id"])
+        .unwrap_or_else(|| panic!("{queue}"));
+    assert_eq!(
+        listed["resolution"]["effect_id"],
+        effect.as_str(),
+        "{queue}"
+    );
+
+    let again: Value = serde_json::from_slice(&q.run(&["--once", "--json"], &[]).stdout).unwrap();
+    assert_eq!(again["items"], json!([]), "{again}");
+    drop(q.dir);
+}
