@@ -85,9 +85,6 @@ pub(crate) async fn settle<T: Tx + Send>(
     r: &Resolution,
 ) -> Result<Option<QueueItem>> {
     let verify_item = item.delivery == effect.first_delivery;
-    let now = int(ms(r.at));
-    let eid = text(effect.id.as_str());
-    let reference = opt_text(r.authoritative_ref.as_deref());
     match r.outcome {
         ResolutionOutcome::Distinct if !verify_item => return Ok(None),
         ResolutionOutcome::Distinct => {
@@ -100,19 +97,14 @@ pub(crate) async fn settle<T: Tx + Send>(
             mark_resolved(tx, &item.id, r, Some(&effect.id)).await?;
             // The same effect under its next token: a late holder's `complete` is stale, and
             // one claim runs it once. Its queue item says who released it and why.
-            let n = tx
-                .exec(
-                    &format!(
-                        "UPDATE effects SET state = 'released', fencing_token = fencing_token + 1, lease_until = NULL, \
-                         holder = NULL, queue_item_id = $3, authoritative_ref = COALESCE(authoritative_ref, $4), \
-                         updated_at = $2 WHERE id = $1 AND {UNKNOWN}"
-                    ),
-                    &[eid, now.clone(), text(item.id.as_str()), reference],
-                )
-                .await?;
-            if n == 0 {
-                return Err(moved(effect));
-            }
+            release_unknown(
+                tx,
+                &effect.id,
+                Some(&item.id),
+                r.authoritative_ref.as_deref(),
+                r.at,
+            )
+            .await?;
             tx.exec_all(&[link(
                 &effect.id,
                 &item.delivery,
@@ -130,19 +122,14 @@ pub(crate) async fn settle<T: Tx + Send>(
                 "queue_item": item.id.as_str(),
             })
             .to_string();
-            let n = tx
-                .exec(
-                    &format!(
-                        "UPDATE effects SET state = 'completed', result = $3, \
-                         authoritative_ref = COALESCE(authoritative_ref, $4), updated_at = $2 \
-                         WHERE id = $1 AND {UNKNOWN}"
-                    ),
-                    &[eid, now.clone(), text(result), reference],
-                )
-                .await?;
-            if n == 0 {
-                return Err(moved(effect));
-            }
+            complete_unknown(
+                tx,
+                &effect.id,
+                &result,
+                r.authoritative_ref.as_deref(),
+                r.at,
+            )
+            .await?;
             tx.exec_all(&[link(
                 &effect.id,
                 &item.delivery,
@@ -162,11 +149,63 @@ pub(crate) async fn settle<T: Tx + Send>(
         .map(Some)
 }
 
-fn moved(effect: &UnknownEffect) -> StoreError {
+fn moved(effect: &EffectId) -> StoreError {
     StoreError::Conflict(format!(
-        "effect {} changed while it was being settled; list the queue again",
-        effect.id
+        "effect {effect} is no longer of unknown outcome (it changed while it was being settled); list the queue again"
     ))
+}
+
+/// The unknown effect happened: settled `completed` with `result`.
+async fn complete_unknown<T: Tx + Send>(
+    tx: &mut T,
+    effect: &EffectId,
+    result: &str,
+    reference: Option<&str>,
+    at: OffsetDateTime,
+) -> Result<()> {
+    let n = tx
+        .exec(
+            &format!(
+                "UPDATE effects SET state = 'completed', result = $3, lease_until = NULL, holder = NULL, \
+                 authoritative_ref = COALESCE(authoritative_ref, $4), updated_at = $2 WHERE id = $1 AND {UNKNOWN}"
+            ),
+            &[text(effect.as_str()), int(ms(at)), text(result), opt_text(reference)],
+        )
+        .await?;
+    if n == 0 {
+        return Err(moved(effect));
+    }
+    Ok(())
+}
+
+/// The unknown effect did not happen: the same effect under its next fencing token, so a late
+/// holder's `complete` is stale and one claim runs it once.
+async fn release_unknown<T: Tx + Send>(
+    tx: &mut T,
+    effect: &EffectId,
+    queue_item: Option<&QueueItemId>,
+    reference: Option<&str>,
+    at: OffsetDateTime,
+) -> Result<()> {
+    let n = tx
+        .exec(
+            &format!(
+                "UPDATE effects SET state = 'released', fencing_token = fencing_token + 1, lease_until = NULL, \
+                 holder = NULL, queue_item_id = COALESCE($3, queue_item_id), \
+                 authoritative_ref = COALESCE(authoritative_ref, $4), updated_at = $2 WHERE id = $1 AND {UNKNOWN}"
+            ),
+            &[
+                text(effect.as_str()),
+                int(ms(at)),
+                opt_text(queue_item.map(QueueItemId::as_str)),
+                opt_text(reference),
+            ],
+        )
+        .await?;
+    if n == 0 {
+        return Err(moved(effect));
+    }
+    Ok(())
 }
 
 /// Resolves every other item waiting on the effect as a duplicate of it, settled with `first`.
@@ -269,34 +308,9 @@ pub(crate) async fn settle_verified<T: Tx + Send>(
     r: &Resolution,
     evidence: &str,
 ) -> Result<Vec<QueueItem>> {
-    let now = int(ms(r.at));
-    let eid = text(effect.as_str());
-    let n = match verified {
-        Verified::Applied { result } => {
-            tx.exec(
-                &format!(
-                    "UPDATE effects SET state = 'completed', result = $3, lease_until = NULL, holder = NULL, \
-                     updated_at = $2 WHERE id = $1 AND {UNKNOWN}"
-                ),
-                &[eid, now, text(result.as_str())],
-            )
-            .await?
-        }
-        Verified::NotApplied => {
-            tx.exec(
-                &format!(
-                    "UPDATE effects SET state = 'released', fencing_token = fencing_token + 1, lease_until = NULL, \
-                     holder = NULL, updated_at = $2 WHERE id = $1 AND {UNKNOWN}"
-                ),
-                &[eid, now],
-            )
-            .await?
-        }
-    };
-    if n == 0 {
-        return Err(StoreError::Conflict(format!(
-            "the outcome of effect {effect} is no longer unknown"
-        )));
+    match verified {
+        Verified::Applied { result } => complete_unknown(tx, effect, result, None, r.at).await?,
+        Verified::NotApplied => release_unknown(tx, effect, None, None, r.at).await?,
     }
     let duplicate = Resolution {
         outcome: ResolutionOutcome::Duplicate,

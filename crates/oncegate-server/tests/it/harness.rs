@@ -328,6 +328,19 @@ impl Service {
     }
 }
 
+/// Claims released work (up to 10 effects, 30 s leases) as an ingest caller.
+pub async fn claim(s: &Service) -> Vec<Value> {
+    let c = s
+        .post_json(
+            "/v1/work/claim",
+            Some(INGEST),
+            serde_json::json!({"limit": 10, "lease_seconds": 30}),
+        )
+        .await;
+    assert_eq!(c.status, 200, "{}", c.text);
+    c.body["items"].as_array().unwrap().clone()
+}
+
 /// A payflow capture; `amount` is written as given so tests can vary its spelling.
 pub fn capture(payment: &str, capture: &str, amount: &str, sent_at: &str) -> String {
     format!(

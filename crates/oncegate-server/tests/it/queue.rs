@@ -55,18 +55,6 @@ async fn resolve(s: &Service, id: &str, outcome: &str) -> Answer {
     .await
 }
 
-async fn claim(s: &Service) -> Vec<Value> {
-    let c = s
-        .post_json(
-            "/v1/work/claim",
-            Some(INGEST),
-            json!({"limit": 10, "lease_seconds": 30}),
-        )
-        .await;
-    assert_eq!(c.status, 200, "{}", c.text);
-    c.body["items"].as_array().unwrap().clone()
-}
-
 /// A critical refund processed and never completed (its worker crashed), its lease swept
 /// into "verify before retry", and a retry of it queued against the same unknown effect.
 /// Returns (processed delivery, retry delivery, effect id).

@@ -154,18 +154,6 @@ async fn queue_item(s: &Service, delivery: &str) -> Value {
         .unwrap_or_else(|| panic!("no queue item for {delivery}: {}", q.text))
 }
 
-async fn claim(s: &Service) -> Vec<Value> {
-    let c = s
-        .post_json(
-            "/v1/work/claim",
-            Some(INGEST),
-            json!({"limit": 10, "lease_seconds": 30}),
-        )
-        .await;
-    assert_eq!(c.status, 200, "{}", c.text);
-    c.body["items"].as_array().unwrap().clone()
-}
-
 pub async fn the_authority_releases_the_second_refund_and_recognizes_retries(kind: Kind) {
     let (fake, base) = authority().await;
     fake.set(

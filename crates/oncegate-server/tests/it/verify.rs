@@ -108,18 +108,6 @@ async fn items_of(s: &Service, effect: &str) -> Vec<Value> {
         .collect()
 }
 
-async fn claim(s: &Service) -> Vec<Value> {
-    let c = s
-        .post_json(
-            "/v1/work/claim",
-            Some(INGEST),
-            json!({"limit": 10, "lease_seconds": 30}),
-        )
-        .await;
-    assert_eq!(c.status, 200, "{}", c.text);
-    c.body["items"].as_array().unwrap().clone()
-}
-
 pub async fn the_consumer_settles_unknown_outcomes(kind: Kind) {
     let (answers, base) = consumer().await;
     let (s, config) = start(kind, &base).await;

@@ -5,30 +5,16 @@
 use std::sync::Arc;
 
 use oncegate_core::ids::DeliveryId;
-use oncegate_core::matrix::{self, Confidence, Criticality, Decision, Keyed, Situation};
+use oncegate_core::matrix::{self, Confidence};
 use oncegate_store::{
     DecideRequest, EffectKey, Horizon, NewAlias, NewReception, Store, StrategyRef,
 };
 use time::{Duration, OffsetDateTime};
 
-use crate::harness::Backend;
+use crate::harness::{strong_critical, Backend};
 
 fn t0() -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap()
-}
-
-fn strong_critical(view: &oncegate_store::PriorView) -> Decision {
-    matrix::decide(&Situation::Identified {
-        criticality: Criticality::Critical,
-        authority: false,
-        breaker_open: false,
-        transport: view.transport,
-        key: Keyed {
-            confidence: Confidence::Strong,
-            prior: view.prior,
-            differences: view.differences.clone(),
-        },
-    })
 }
 
 fn reception(at: OffsetDateTime, payload: Option<&[u8]>) -> NewReception {

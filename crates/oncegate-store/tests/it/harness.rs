@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use oncegate_core::matrix::{self, Confidence, Criticality, Decision, Keyed, Situation};
 use oncegate_store::testing::{pg_admin, TestDatabase};
 use oncegate_store::Store;
 
@@ -10,6 +11,21 @@ use oncegate_store::Store;
 pub enum Kind {
     Sqlite,
     Postgres,
+}
+
+/// The real matrix for an identified delivery of a critical type with a strong key.
+pub fn strong_critical(view: &oncegate_store::PriorView) -> Decision {
+    matrix::decide(&Situation::Identified {
+        criticality: Criticality::Critical,
+        authority: false,
+        breaker_open: false,
+        transport: view.transport,
+        key: Keyed {
+            confidence: Confidence::Strong,
+            prior: view.prior,
+            differences: view.differences.clone(),
+        },
+    })
 }
 
 /// One backend instance for one test: a URL any number of stores can be opened on.

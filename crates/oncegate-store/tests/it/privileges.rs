@@ -2,7 +2,7 @@
 //! tables' owner, an instance connected as a role that may only read and write them (no DDL,
 //! no CREATE on the schema) opens the store and does its whole job.
 
-use oncegate_core::matrix::{self, Action, Confidence, Criticality, Keyed, Situation};
+use oncegate_core::matrix::{Action, Confidence};
 use oncegate_store::testing::{pg_admin, TestDatabase};
 use oncegate_store::{
     DecideRequest, EffectKey, Horizon, NewReception, PurgePolicy, StrategyRef, TenantFilter,
@@ -61,19 +61,6 @@ async fn postgres_instances_need_only_read_and_write_privileges() {
         })
         .await
         .unwrap();
-    let strong = |view: &oncegate_store::PriorView| {
-        matrix::decide(&Situation::Identified {
-            criticality: Criticality::Critical,
-            authority: false,
-            breaker_open: false,
-            transport: view.transport,
-            key: Keyed {
-                confidence: Confidence::Strong,
-                prior: view.prior,
-                differences: view.differences.clone(),
-            },
-        })
-    };
     let outcome = store
         .decide(
             DecideRequest {
@@ -97,7 +84,7 @@ async fn postgres_instances_need_only_read_and_write_privileges() {
                 resource: None,
                 critical: true,
             },
-            &strong,
+            &crate::harness::strong_critical,
         )
         .await
         .unwrap();

@@ -3,31 +3,17 @@
 //! the operation's scope once, with the effects that were reserved twice counted, not lost.
 
 use oncegate_core::ids::DeliveryId;
-use oncegate_core::matrix::{self, Action, Confidence, Criticality, Decision, Keyed, Situation};
+use oncegate_core::matrix::{Action, Confidence};
 use oncegate_store::{
     DecideOutcome, DecideRequest, EffectKey, Horizon, KeyScope, NewReception, OperationScope,
     QueueFilter, RescopeCounts, Store, StrategyRef,
 };
 use time::{Duration, OffsetDateTime};
 
-use crate::harness::Backend;
+use crate::harness::{strong_critical, Backend};
 
 fn t0() -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap()
-}
-
-fn strong_critical(view: &oncegate_store::PriorView) -> Decision {
-    matrix::decide(&Situation::Identified {
-        criticality: Criticality::Critical,
-        authority: false,
-        breaker_open: false,
-        transport: view.transport,
-        key: Keyed {
-            confidence: Confidence::Strong,
-            prior: view.prior,
-            differences: view.differences.clone(),
-        },
-    })
 }
 
 const TYPES: [&str; 2] = ["payment.succeeded", "charge.captured"];

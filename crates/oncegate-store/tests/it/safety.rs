@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use oncegate_core::matrix::{self, Confidence, Criticality, Decision, Keyed, Situation};
+use oncegate_core::matrix::{self, Confidence};
 use oncegate_store::{
     BreakerRule, BreakerScope, BreakerState, DecideRequest, EffectKey, Horizon, NewReception,
     PurgePolicy, Store, StoreError, StrategyRef, TenantFilter, TransportKey, TransportStrength,
 };
 use time::{Duration, OffsetDateTime};
 
-use crate::harness::Backend;
+use crate::harness::{strong_critical, Backend};
 
 fn t0() -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap()
@@ -202,20 +202,6 @@ pub async fn purge_removes_old_breaker_counters(b: &Backend) {
         ..rule()
     };
     assert_eq!(store.breaker(&s, &wide, late).await.unwrap().matches, 0);
-}
-
-fn strong_critical(view: &oncegate_store::PriorView) -> Decision {
-    matrix::decide(&Situation::Identified {
-        criticality: Criticality::Critical,
-        authority: false,
-        breaker_open: false,
-        transport: view.transport,
-        key: Keyed {
-            confidence: Confidence::Strong,
-            prior: view.prior,
-            differences: view.differences.clone(),
-        },
-    })
 }
 
 fn reception(tenant: &str, at: OffsetDateTime) -> NewReception {
