@@ -127,7 +127,8 @@ pub struct ServiceConfig {
     /// an abandoned effect is turned `unknown`; tests that move the clock by hand turn it off
     /// so the sweep cannot race them.
     pub lease_sweep: bool,
-    /// The reconciler worker `serve` runs (every 30 s by default) and its authority policy.
+    /// The reconciler worker `serve` runs (woken when an item is queued, polling every 30 s by
+    /// default) and its authority policy.
     pub reconciler: ReconcilerSettings,
     pub clock: Clock,
 }
@@ -221,9 +222,11 @@ pub fn check_authorities(
 /// Beside the HTTP server it runs a small upkeep loop: leases that passed are turned into
 /// `unknown` with a "verify before retry" item (critical) or released for takeover
 /// (reversible), and receptions whose decision could not be recorded while the store was down
-/// are recorded as rejected once it is back. It also runs the reconciler
-/// (`config.reconciler.every`, default 30 s): open reconcile items are checked against their
-/// type's authority, see [`reconcile_once`].
+/// are recorded as rejected once it is back. It also runs the reconciler, woken as soon as an
+/// item is queued (in this process, or by a sibling through the store's hint) and polling every
+/// `config.reconciler.every` (default 30 s) as the fallback: open reconcile and quarantine items
+/// are checked against their type's authority, and unknown outcomes against the consumer's
+/// `verify` API, see [`reconcile_once`].
 ///
 /// A CA file that cannot be used (see [`check_authorities`]) is an `InvalidInput` error before
 /// anything is served.
