@@ -6,13 +6,11 @@
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
-use std::sync::Arc;
 
-use oncegate_server::{ApiToken, ServiceConfig};
 use oncegate_store::testing::TestDatabase;
 use serde_json::{json, Value};
 
-const CONTRACT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/oncegate.toml");
+use crate::service::CONTRACT;
 const SALT: &str = "cli-json-salt";
 const INGEST: &str = "ingest-token-cli-json";
 const ADMIN: &str = "admin-token-cli-json";
@@ -64,34 +62,13 @@ fn keys(v: &Value) -> BTreeSet<String> {
         .collect()
 }
 
-/// The real service, in-process, on `url`; returns its base URL and its stop switch.
+/// The real service, in-process, on `url`, with this module's salt and tokens.
 async fn start(url: &str) -> (String, tokio::sync::oneshot::Sender<()>) {
-    let store = oncegate_store::open(url).await.expect("the store opens");
-    let text = std::fs::read_to_string(CONTRACT).unwrap();
-    let contract = oncegate_core::contract::parse(CONTRACT, &text).unwrap();
-    let mut config = ServiceConfig::new(Arc::new(contract), store, SALT.as_bytes().to_vec());
-    config.tokens = ApiToken::parse_list(&format!("ingest:*:{INGEST};admin:*:{ADMIN}")).unwrap();
-    config.reconciler.every = None;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(oncegate_server::serve(listener, config, async move {
-        let _ = rx.await;
-    }));
-    (base, tx)
+    crate::service::start(url, SALT, &format!("ingest:*:{INGEST};admin:*:{ADMIN}")).await
 }
 
 async fn post(base: &str, path: &str, body: String) -> Value {
-    let r = reqwest::Client::new()
-        .post(format!("{base}{path}"))
-        .bearer_auth(INGEST)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "{path}: {}", r.status());
-    r.json().await.unwrap()
+    crate::service::post(base, INGEST, path, body).await
 }
 
 async fn get(base: &str, path: &str) -> Value {

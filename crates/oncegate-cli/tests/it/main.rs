@@ -10,5 +10,6 @@ mod queue;
 mod reconcile;
 mod safety;
 mod serve;
+mod service;
 mod shadow;
 mod tools;
