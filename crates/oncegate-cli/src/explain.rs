@@ -2,6 +2,7 @@
 //! without recomputing any key by hand.
 
 use anyhow::{anyhow, Result};
+use oncegate::details::Details;
 use oncegate_core::ids::DeliveryId;
 use oncegate_store::Store;
 use std::fmt::Write as _;
@@ -63,91 +64,44 @@ pub async fn render(store: &dyn Store, id: &str) -> Result<String> {
         )?,
         None => writeln!(w, "  strategy   none applied")?,
     }
-    // The service keeps what the core computed (skipped strategies, fields used) as JSON.
-    if let Ok(details) = serde_json::from_str::<serde_json::Value>(&proof.details_json) {
-        let skipped = details
-            .get("skipped")
-            .or_else(|| details.get("skipped_strategies"));
-        if let Some(skipped) = skipped.and_then(|s| s.as_array()) {
-            for s in skipped {
-                writeln!(
-                    w,
-                    "  skipped    {}@{}: {}",
-                    s.get("name").and_then(|v| v.as_str()).unwrap_or("?"),
-                    s.get("version")
-                        .map(ToString::to_string)
-                        .unwrap_or_default(),
-                    s.get("why").and_then(|v| v.as_str()).unwrap_or("?")
-                )?;
-            }
-        }
-        if let Some(fields) = details.get("fields").and_then(|s| s.as_array()) {
-            for f in fields {
-                let pointer = f.get("pointer").and_then(|v| v.as_str()).unwrap_or("?");
-                let pointer = if pointer.is_empty() {
-                    "(canonical body)"
-                } else {
-                    pointer
-                };
-                writeln!(
-                    w,
-                    "  field      {pointer} = {}",
-                    f.get("shown").and_then(|v| v.as_str()).unwrap_or("?")
-                )?;
-            }
-        }
-        if let Some(scope) = details.get("scope").and_then(|v| v.as_str()) {
-            writeln!(w, "  scope      {scope}")?;
-        }
-        let shared: Vec<&str> = details
-            .get("shared_by")
-            .and_then(|v| v.as_array())
-            .into_iter()
-            .flatten()
-            .filter_map(|v| v.as_str())
-            .collect();
-        if !shared.is_empty() {
-            writeln!(
-                w,
-                "  shared     one effect for the types {} (they declare the same operation)",
-                shared.join(", ")
-            )?;
-        }
-        for note in details
-            .get("notes")
-            .and_then(|v| v.as_array())
-            .into_iter()
-            .flatten()
-        {
-            writeln!(w, "  note       {}", note.as_str().unwrap_or_default())?;
-        }
-        if let Some(code) = details.get("rejection").and_then(|v| v.as_str()) {
-            writeln!(w, "  rejected   {code}")?;
-        }
-        if let Some(original) = details.get("replay_of").and_then(|v| v.as_str()) {
-            writeln!(w, "  replay of  {original} (a deliberate late replay)")?;
-        }
-        for shadow in details
-            .get("shadow")
-            .and_then(|v| v.as_array())
-            .into_iter()
-            .flatten()
-        {
-            let text = |k: &str| {
-                shadow
-                    .get(k)
-                    .and_then(|v| v.as_str())
-                    .unwrap_or("?")
-                    .to_owned()
-            };
-            writeln!(
-                w,
-                "  shadow     {} would {}: {}",
-                text("strategy"),
-                text("action"),
-                text("reason")
-            )?;
-        }
+    // The gate keeps what the core computed (skipped strategies, fields used) as typed details.
+    let details = Details::parse(&proof.details_json);
+    for s in &details.skipped {
+        writeln!(w, "  skipped    {}@{}: {}", s.name, s.version, s.why)?;
+    }
+    for f in &details.fields {
+        let pointer = if f.pointer.is_empty() {
+            "(canonical body)"
+        } else {
+            f.pointer.as_str()
+        };
+        writeln!(w, "  field      {pointer} = {}", f.shown)?;
+    }
+    if let Some(scope) = &details.scope {
+        writeln!(w, "  scope      {scope}")?;
+    }
+    if !details.shared_by.is_empty() {
+        writeln!(
+            w,
+            "  shared     one effect for the types {} (they declare the same operation)",
+            details.shared_by.join(", ")
+        )?;
+    }
+    for note in &details.notes {
+        writeln!(w, "  note       {note}")?;
+    }
+    if let Some(code) = &details.rejection {
+        writeln!(w, "  rejected   {code}")?;
+    }
+    if let Some(original) = &details.replay_of {
+        writeln!(w, "  replay of  {original} (a deliberate late replay)")?;
+    }
+    for shadow in &details.shadow {
+        writeln!(
+            w,
+            "  shadow     {} would {}: {}",
+            shadow.strategy, shadow.action, shadow.reason
+        )?;
     }
     if let Some(key) = &proof.key {
         writeln!(w, "  key        {key}")?;

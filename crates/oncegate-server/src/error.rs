@@ -3,6 +3,8 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use oncegate::{GateError, Refusal, RefusalKind};
+use oncegate_core::ids::DeliveryId;
 use oncegate_store::StoreError;
 
 use crate::wire::{ErrorBody, ErrorDetail};
@@ -154,6 +156,51 @@ impl From<StoreError> for ApiError {
             | StoreError::Config(_) => {
                 let answer = ApiError::internal();
                 tracing::error!(correlation_id = answer.correlation_id.as_deref().unwrap_or(""), error = %e, "store error");
+                answer
+            }
+        }
+    }
+}
+
+impl ApiError {
+    /// A refused reception, naming its journal entry: a refusal is permanent for this request
+    /// (the same bytes from the same sender would be refused again), so never a 503.
+    pub fn refused(refusal: &Refusal, delivery: &DeliveryId) -> Self {
+        let status = match refusal.kind {
+            RefusalKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            RefusalKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            RefusalKind::Unauthorized | RefusalKind::BadSignature => StatusCode::UNAUTHORIZED,
+            RefusalKind::Forbidden => StatusCode::FORBIDDEN,
+            RefusalKind::IncompleteBody
+            | RefusalKind::UnknownEnvironment
+            | RefusalKind::MalformedJson => StatusCode::BAD_REQUEST,
+        };
+        ApiError::new(
+            status,
+            refusal.kind.code(),
+            refusal.sentence(delivery.as_str()),
+        )
+    }
+}
+
+impl From<GateError> for ApiError {
+    fn from(e: GateError) -> Self {
+        match e {
+            GateError::Store(e) => ApiError::from(e),
+            GateError::TooLarge { what, .. } => ApiError::bad_request(
+                if what == "error" {
+                    "error_too_large"
+                } else {
+                    "result_too_large"
+                },
+                format!("{}.", capitalized(&e.to_string())),
+            ),
+            GateError::NotJson { .. } => {
+                ApiError::bad_request("invalid_body", format!("{}.", capitalized(&e.to_string())))
+            }
+            GateError::Trust(_) | GateError::Panicked => {
+                let answer = ApiError::internal();
+                tracing::error!(correlation_id = answer.correlation_id.as_deref().unwrap_or(""), error = %e, "gate error");
                 answer
             }
         }

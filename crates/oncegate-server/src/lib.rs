@@ -35,11 +35,8 @@ use std::time::Duration;
 
 use oncegate_core::contract::Contract;
 use oncegate_store::Store;
-use time::OffsetDateTime;
 
 mod auth;
-mod authority;
-mod breaker;
 mod connection;
 mod console;
 mod deadline;
@@ -47,40 +44,24 @@ mod error;
 mod ingest;
 mod instant;
 mod logging;
-mod metrics;
-mod purge;
-mod reconciler;
-pub mod replay;
 mod reservation;
 mod routes;
 mod secrets;
-mod shadow;
 mod signature;
 mod state;
-mod trust;
-mod verifier;
 mod wire;
 
 pub use auth::{ApiToken, Role};
-pub use authority::{AuthorityError, AuthorityPolicy};
 pub use error::ApiError;
 pub use instant::{parse_instant, InstantError};
 pub use logging::init_logging;
-pub use reconciler::{
-    reconcile_once, ItemReport, ReconcileError, ReconcilerSettings, RunReport, SweepReport,
+pub use oncegate::replay;
+pub use oncegate::{
+    system_clock, AuthorityError, AuthorityPolicy, Clock, ItemReport, ReconcileError,
+    ReconcilerSettings, RunReport, SweepReport, TrustError,
 };
 pub use secrets::ProviderSecrets;
 pub use signature::{sign_hmac, sign_standard_webhooks, SignatureError};
-pub use trust::TrustError;
-
-/// Where the service reads the time. Tests inject a fixed or stepped clock; production uses
-/// [`system_clock`].
-pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
-
-/// The wall clock, in UTC.
-pub fn system_clock() -> Clock {
-    Arc::new(OffsetDateTime::now_utc)
-}
 
 /// Everything the service needs, resolved by the caller (the CLI reads files and the
 /// environment; tests build it directly).
@@ -185,8 +166,20 @@ impl std::fmt::Debug for ServiceConfig {
 }
 
 /// The whole HTTP API as an axum router, ready to be served.
+///
+/// It runs no upkeep: leases that pass are still read as expired on access, but nothing turns
+/// them `unknown` in the background, records decisions missed during a store outage, works the
+/// queue or purges. [`serve`] runs them; a caller mounting this router itself runs them with
+/// [`oncegate::Gate::upkeep`] over a gate of the same config (see [`router_with_gate`]).
 pub fn router(config: ServiceConfig) -> axum::Router {
     routes::router(state::AppState::new(config))
+}
+
+/// The HTTP API over an existing gate (the one whose upkeep the caller runs). The config's
+/// contract, store, salt, lease, breaker window and clock are the gate's; the rest (tokens,
+/// secrets, timeouts) are the HTTP side's.
+pub fn router_with_gate(gate: oncegate::Gate, config: ServiceConfig) -> axum::Router {
+    routes::router(state::AppState::with_gate(gate, config))
 }
 
 /// Reads every CA file the authorities of `contract` need (`ca_file`, the CA of every
@@ -209,7 +202,20 @@ pub fn check_authorities(
     contract: &Contract,
     ca_file: Option<&std::path::Path>,
 ) -> Result<(), TrustError> {
-    authority::AuthorityClient::new(AuthorityPolicy::default(), contract, ca_file).map(drop)
+    oncegate::check_authorities(contract, ca_file)
+}
+
+/// One reconciliation pass over the open items, then the invisible-losses sweep, with the
+/// config's contract, store, salt and clock: what `oncegate reconcile --once` runs (see
+/// [`oncegate::reconcile_once`]).
+pub async fn reconcile_once(config: &ServiceConfig) -> Result<RunReport, ReconcileError> {
+    let gate = oncegate::Gate::new(state::gate_config(config));
+    oncegate::reconcile_once(
+        &gate,
+        config.reconciler.authority,
+        config.ca_file.as_deref(),
+    )
+    .await
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then stops accepting connections and
@@ -235,43 +241,21 @@ pub async fn serve(
     config: ServiceConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let authorities = authority::AuthorityClient::new(
-        config.reconciler.authority,
-        &config.contract,
-        config.ca_file.as_deref(),
-    )
-    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let reconciler_settings = config.reconciler;
     let deadlines = connection::Deadlines {
         header: config.header_timeout,
         idle: config.idle_timeout,
     };
-    let state = state::AppState::new(config);
-    let upkeep = tokio::spawn(state::upkeep(state.clone()));
-    // Reconciliation runs beside the server, never inside a delivery post: an authority that
-    // is slow or down delays only the queue.
-    let reconciler = tokio::spawn(reconciler::run_forever(
-        state.clone(),
-        reconciler_settings,
-        authorities,
-    ));
-    // Items queued by other instances sharing the store wake this one's reconciler too (a
-    // hint, where the backend has one; the poll remains the guarantee).
-    let hints = reconciler_settings
-        .every
-        .and_then(|_| state.store.listen_for_queued(state.reconcile_wake.clone()));
-    let purge = state
-        .purge_every
-        .map(|every| tokio::spawn(purge::run(state.clone(), every)));
-    let app = routes::router(state);
+    let gate = oncegate::Gate::new(state::gate_config(&config));
+    let upkeep = gate
+        .upkeep(oncegate::UpkeepSettings {
+            lease_sweep: config.lease_sweep,
+            purge_every: config.purge_every,
+            reconciler: config.reconciler,
+            ca_file: config.ca_file.clone(),
+        })
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let app = routes::router(state::AppState::with_gate(gate, config));
     connection::serve(listener, app, deadlines, shutdown).await;
-    upkeep.abort();
-    reconciler.abort();
-    if let Some(hints) = hints {
-        hints.abort();
-    }
-    if let Some(purge) = purge {
-        purge.abort();
-    }
+    drop(upkeep);
     Ok(())
 }

@@ -98,7 +98,7 @@ pub(crate) struct DecisionBody {
     pub queue_item_id: Option<String>,
     /// What shadow strategies would have decided, for those that would have decided otherwise.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub shadow: Vec<crate::shadow::ShadowBody>,
+    pub shadow: Vec<oncegate::details::ShadowVerdict>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -159,39 +159,6 @@ pub(crate) struct ProofBody {
     pub payload: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payload_base64: Option<String>,
-}
-
-/// What the service records in the proof's free-form details (the store keeps it as text).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(crate) struct ProofDetails {
-    #[serde(default)]
-    pub skipped: Vec<SkippedBody>,
-    #[serde(default)]
-    pub scope: Option<String>,
-    /// For an operation-scoped key: every type of the provider declaring the operation, which
-    /// all share this key (one business effect).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub shared_by: Vec<String>,
-    #[serde(default)]
-    pub fields: Vec<UsedFieldBody>,
-    #[serde(default)]
-    pub notes: Vec<String>,
-    /// For rejections: the stable code (`malformed_json`, `bad_signature`, `too_large`…).
-    #[serde(default)]
-    pub rejection: Option<String>,
-    #[serde(default)]
-    pub criticality: Option<String>,
-    #[serde(default)]
-    pub confidence: Option<String>,
-    /// Every shadow strategy's verdict on this delivery (the proof shows those that differ).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub shadow: Vec<crate::shadow::ShadowBody>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct UsedFieldBody {
-    pub pointer: String,
-    pub shown: String,
 }
 
 #[derive(Debug, Deserialize)]

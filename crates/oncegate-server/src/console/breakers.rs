@@ -9,7 +9,6 @@ use serde::Deserialize;
 
 use super::layout::{self, Nav};
 use super::{check_csrf, html, see_other, ConsoleForm, PageError, Signed};
-use crate::breaker;
 use crate::routes::breakers::{close_breaker, CloseRequest};
 use crate::state::AppState;
 
@@ -31,7 +30,7 @@ pub(crate) async fn page(
 ) -> Result<Response, PageError> {
     let list = state
         .store
-        .breakers(&breaker::rule(&state), state.now())
+        .breakers(&state.gate.breaker_rule(), state.now())
         .await?;
     let open: Vec<_> = list
         .iter()

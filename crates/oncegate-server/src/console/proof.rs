@@ -5,7 +5,6 @@
 use axum::extract::{Path, State};
 use axum::response::Response;
 use maud::{html, Markup};
-use serde_json::Value;
 
 use super::layout::{self, Nav};
 use super::{html, PageError, Signed};
@@ -51,42 +50,23 @@ fn search_by_key(key: Option<&str>) -> String {
     serde_urlencoded::to_string([("q", key.unwrap_or_default())]).expect("a string pair encodes")
 }
 
-fn strs(v: &Value, key: &str) -> Vec<String> {
-    v.get(key)
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|x| x.as_str().map(str::to_owned))
-        .collect()
-}
-
-fn text<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key).and_then(Value::as_str)
-}
-
 fn body(p: &ProofBody, x: &ProofExtras) -> Markup {
     let d = &p.decision;
-    let details = &p.details;
-    let fields: Vec<(String, String)> = details
-        .get("fields")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+    let details = &x.details;
+    let fields: Vec<(&str, &str)> = details
+        .fields
+        .iter()
         .map(|f| {
-            let pointer = text(f, "pointer").unwrap_or("?");
-            let pointer = if pointer.is_empty() {
+            let pointer = if f.pointer.is_empty() {
                 "(canonical body)"
             } else {
-                pointer
+                f.pointer.as_str()
             };
-            (
-                pointer.to_owned(),
-                text(f, "shown").unwrap_or("?").to_owned(),
-            )
+            (pointer, f.shown.as_str())
         })
         .collect();
-    let shared = strs(details, "shared_by");
-    let notes = strs(details, "notes");
+    let shared = &details.shared_by;
+    let notes = &details.notes;
     html! {
         div.card #decision {
             p { (layout::badge(d.action)) " " strong #reason { (d.reason) } }
@@ -113,7 +93,7 @@ fn body(p: &ProofBody, x: &ProofExtras) -> Markup {
                 @if let Some(k) = &d.effect_key {
                     tr { th { "Effect key" } td { code #effect-key { (k) } } }
                 }
-                @if let Some(scope) = text(details, "scope") {
+                @if let Some(scope) = &details.scope {
                     tr { th { "Scope" } td { (scope) } }
                 }
                 @if !shared.is_empty() {
@@ -122,13 +102,13 @@ fn body(p: &ProofBody, x: &ProofExtras) -> Markup {
                 @for (pointer, shown) in &fields {
                     tr { th { "Field" } td { code { (pointer) } " = " code { (shown) } } }
                 }
-                @for n in &notes {
+                @for n in notes {
                     tr { th { "Note" } td { (n) } }
                 }
-                @if let Some(code) = text(details, "rejection") {
+                @if let Some(code) = &details.rejection {
                     tr { th { "Rejected" } td { code { (code) } } }
                 }
-                @if let Some(original) = text(details, "replay_of") {
+                @if let Some(original) = &details.replay_of {
                     tr { th { "Replay of" } td { (layout::delivery_link(original)) " (a deliberate late replay)" } }
                 }
                 tr { th { "Prior effect" } td { (x.prior) } }

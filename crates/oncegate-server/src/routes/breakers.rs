@@ -10,7 +10,6 @@ use time::OffsetDateTime;
 
 use super::ApiJson;
 use crate::auth::{Caller, Role};
-use crate::breaker;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -79,7 +78,7 @@ pub(crate) async fn list(
     // Breakers count matches across tenants (a strategy is shared) and carry no tenant data.
     let list = state
         .store
-        .breakers(&breaker::rule(&state), state.now())
+        .breakers(&state.gate.breaker_rule(), state.now())
         .await?;
     Ok(Json(BreakerListBody {
         breakers: list.iter().map(body).collect(),
@@ -153,7 +152,7 @@ pub(crate) async fn close_breaker(
         }
         Err(e) => return Err(e.into()),
     };
-    state.metrics.breaker(&scope, false);
+    state.gate.metrics().breaker(&scope, false);
     tracing::info!(
         provider = %scope.provider,
         env = %scope.env,

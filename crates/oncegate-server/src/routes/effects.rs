@@ -15,8 +15,6 @@ use crate::wire::{
 };
 
 /// A result is a reference to the transaction, resource and rule version, not a payload.
-const MAX_RESULT_BYTES: usize = 16 * 1024;
-
 /// The effect, if it exists and the caller may see its tenant; 404 otherwise, so a token of
 /// one tenant cannot even learn that another tenant's effect exists.
 pub(crate) async fn visible_effect(
@@ -57,18 +55,11 @@ pub(crate) async fn complete(
         .result
         .map(|r| r.get().to_owned())
         .unwrap_or_else(|| "null".to_owned());
-    if result.len() > MAX_RESULT_BYTES {
-        return Err(ApiError::bad_request(
-            "result_too_large",
-            format!("The result is {} bytes; keep it under {MAX_RESULT_BYTES} bytes with references (transaction, resource, rule version), not payloads.", result.len()),
-        ));
-    }
     state
-        .store
-        .complete(&id, fencing, &result, state.now())
+        .gate
+        .held(id.clone(), fencing)
+        .complete(&result)
         .await?;
-    state.metrics.effect_outcome("completed");
-    tracing::info!(effect_id = %id, fencing, "effect completed");
     Ok(Json(EffectOutcomeBody {
         effect_id: id.to_string(),
         state: "completed",
@@ -88,25 +79,11 @@ pub(crate) async fn fail(
         Some(serde_json::Value::String(s)) => s,
         Some(other) => other.to_string(),
     };
-    if error.len() > MAX_RESULT_BYTES {
-        return Err(ApiError::bad_request(
-            "error_too_large",
-            format!(
-                "The error is {} bytes; keep it under {MAX_RESULT_BYTES} bytes.",
-                error.len()
-            ),
-        ));
-    }
     state
-        .store
-        .fail(&id, fencing, req.retryable, &error, state.now())
+        .gate
+        .held(id.clone(), fencing)
+        .fail(req.retryable, &error)
         .await?;
-    state.metrics.effect_outcome(if req.retryable {
-        "failed_retryable"
-    } else {
-        "failed"
-    });
-    tracing::info!(effect_id = %id, fencing, retryable = req.retryable, "effect failed");
     Ok(Json(EffectOutcomeBody {
         effect_id: id.to_string(),
         state: "failed",
@@ -121,10 +98,7 @@ pub(crate) async fn heartbeat(
     ApiJson(req): ApiJson<HeartbeatRequest>,
 ) -> Result<Json<HeartbeatBody>, ApiError> {
     let (id, fencing) = holder(&state, &headers, &effect_id, &req.token).await?;
-    let until = state
-        .store
-        .heartbeat(&id, fencing, state.lease_time(), state.now())
-        .await?;
+    let until = state.gate.held(id.clone(), fencing).heartbeat().await?;
     Ok(Json(HeartbeatBody {
         effect_id: id.to_string(),
         fencing,

@@ -38,17 +38,15 @@ pub(crate) async fn metrics(
             .tokens
             .require(&headers, &[Role::Operator, Role::Admin])?;
     }
-    state
-        .metrics
-        .refresh(state.store.as_ref(), state.now())
-        .await;
+    let metrics = state.gate.metrics();
+    metrics.refresh(state.store.as_ref(), state.now()).await;
     Ok((
         StatusCode::OK,
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.metrics.encode(),
+        metrics.encode(),
     )
         .into_response())
 }

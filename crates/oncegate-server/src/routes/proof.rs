@@ -17,8 +17,9 @@ use crate::auth::{Caller, Role};
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::wire::{
-    self, DecisionBody, EffectBody, LinkBody, ProofBody, ProofDetails, ResolutionBody, StrategyBody,
+    self, DecisionBody, EffectBody, LinkBody, ProofBody, ResolutionBody, SkippedBody, StrategyBody,
 };
+use oncegate::details::Details;
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct ProofQuery {
@@ -68,6 +69,8 @@ pub(crate) struct ProofExtras {
     pub prior: &'static str,
     pub effect: Option<EffectRecord>,
     pub queue_item: Option<QueueItem>,
+    /// The proof's details, typed (the body's `details` is their stored JSON).
+    pub details: Details,
 }
 
 /// The proof of `raw_id` as `caller` may see it (another tenant's delivery is `not_found`),
@@ -109,7 +112,7 @@ pub(crate) async fn build(
         .and_then(|item| item.resolution.as_ref().map(resolution_body));
     let details_value: serde_json::Value =
         serde_json::from_str(&proof.details_json).unwrap_or(serde_json::Value::Null);
-    let details: ProofDetails = serde_json::from_value(details_value.clone()).unwrap_or_default();
+    let details = Details::parse(&proof.details_json);
     let (payload, payload_base64) = match (&delivery.payload, want_payload) {
         (Some(bytes), true) => match std::str::from_utf8(bytes)
             .ok()
@@ -148,7 +151,7 @@ pub(crate) async fn build(
         rule: proof.rule.clone(),
         event_type: proof.event_type.clone().or(delivery.event_type.clone()),
         queue_item_id: proof.queue_item.as_ref().map(ToString::to_string),
-        shadow: crate::shadow::differing(&details.shadow, proof.action.as_str()),
+        shadow: oncegate::details::differing(&details.shadow, proof.action.as_str()),
     };
     let body = ProofBody {
         decision,
@@ -161,7 +164,15 @@ pub(crate) async fn build(
         transport_strength: delivery.transport_key.as_ref().map(|t| t.strength.as_str()),
         raw_sha256: delivery.body_sha256.clone(),
         size: delivery.size,
-        skipped_strategies: details.skipped,
+        skipped_strategies: details
+            .skipped
+            .iter()
+            .map(|s| SkippedBody {
+                name: s.name.clone(),
+                version: s.version,
+                why: s.why.clone(),
+            })
+            .collect(),
         linked_deliveries: effect
             .as_ref()
             .map(|e| {
@@ -185,6 +196,7 @@ pub(crate) async fn build(
         prior: proof.prior.as_str(),
         effect,
         queue_item,
+        details,
     };
     Ok((body, extras))
 }

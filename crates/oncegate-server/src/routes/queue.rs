@@ -303,11 +303,11 @@ pub(crate) async fn resolve_item(
         },
         Err(e) => return Err(e.into()),
     };
-    state.metrics.resolution(outcome.as_str());
+    state.gate.metrics().resolution(outcome.as_str());
     state
-        .metrics
-        .reconcile
-        .settled("person", &resolved, state.now());
+        .gate
+        .metrics()
+        .settled_by_person(&resolved, state.now());
     tracing::info!(
         delivery_id = %resolved.delivery,
         queue_item_id = %resolved.id,

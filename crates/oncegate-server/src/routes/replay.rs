@@ -10,7 +10,6 @@ use serde_json::value::RawValue;
 
 use crate::auth::Role;
 use crate::error::ApiError;
-use crate::replay;
 use crate::state::AppState;
 use crate::wire;
 
@@ -43,14 +42,7 @@ pub(crate) async fn replay(
         Some(d) if caller.sees(&d.tenant) => {}
         _ => return Err(missing()),
     }
-    let o = replay::replay(
-        state.store.as_ref(),
-        &state.contract,
-        &state.salt,
-        &id,
-        state.now(),
-    )
-    .await?;
+    let o = state.gate.replay(&id).await?;
     tracing::info!(
         delivery_id = %o.delivery,
         replay_of = %o.original,

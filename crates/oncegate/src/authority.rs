@@ -52,6 +52,7 @@ impl Default for AuthorityPolicy {
 /// Why the authority gave no usable answer. Messages are for operators: they name the
 /// authority by its URL template, never a secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs)] // each variant's message says what it and its fields hold
 pub enum AuthorityError {
     #[error("the authority {authority} failed repeatedly; it is not asked again for {seconds}s")]
     CircuitOpen { authority: String, seconds: u64 },

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 /// Why the trusted certificates cannot be assembled.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // each variant's message says what it and its fields hold
 pub enum TrustError {
     #[error("the CA file {path} ({origin}) cannot be read: {source}")]
     Read {

@@ -11,15 +11,15 @@
 use oncegate_core::matrix::{Action, Prior};
 use oncegate_store::{BreakerRule, BreakerScope, DecideOutcome, StrategyRef};
 
-use crate::state::AppState;
+use crate::gate::Gate;
 
 /// The rule from the contract's settings and the service's window.
-pub(crate) fn rule(state: &AppState) -> BreakerRule {
-    let settings = &state.contract.settings;
+pub(crate) fn rule(gate: &Gate) -> BreakerRule {
+    let settings = &gate.contract().settings;
     BreakerRule {
         threshold: settings.breaker_threshold,
         min_sample: settings.breaker_min_sample,
-        window: state.breaker_window,
+        window: gate.breaker_window(),
     }
 }
 
@@ -40,8 +40,8 @@ pub(crate) fn scope(
 
 /// Whether the scope's breaker is open. A store that cannot answer leaves it closed: the
 /// decision that follows needs the same store and fails on its own if it is really gone.
-pub(crate) async fn is_open(state: &AppState, scope: &BreakerScope) -> bool {
-    match state.store.breaker(scope, &rule(state), state.now()).await {
+pub(crate) async fn is_open(gate: &Gate, scope: &BreakerScope) -> bool {
+    match gate.store().breaker(scope, &rule(gate), gate.now()).await {
         Ok(b) => b.is_open(),
         Err(e) => {
             tracing::warn!(error = %e, breaker = %scope, "breaker state unreadable; deciding as closed");
@@ -52,19 +52,19 @@ pub(crate) async fn is_open(state: &AppState, scope: &BreakerScope) -> bool {
 
 /// Counts the decision in the breaker's window when it was a key match (a prior was found),
 /// and reports the breaker opening when this match tripped it.
-pub(crate) async fn count(state: &AppState, scope: &BreakerScope, outcome: &DecideOutcome) {
+pub(crate) async fn count(gate: &Gate, scope: &BreakerScope, outcome: &DecideOutcome) {
     let action = outcome.decision.action;
     if outcome.prior == Prior::None || action == Action::Reject {
         return;
     }
     let collision = action == Action::Quarantine;
-    match state
-        .store
-        .breaker_record(scope, collision, &rule(state), state.now())
+    match gate
+        .store()
+        .breaker_record(scope, collision, &rule(gate), gate.now())
         .await
     {
         Ok(record) if record.opened_now => {
-            state.metrics.breaker(scope, true);
+            gate.metrics().breaker(scope, true);
             tracing::warn!(
                 provider = %scope.provider,
                 env = %scope.env,
@@ -78,7 +78,7 @@ pub(crate) async fn count(state: &AppState, scope: &BreakerScope, outcome: &Deci
         }
         Ok(record) => {
             if record.breaker.is_open() {
-                state.metrics.breaker(scope, true);
+                gate.metrics().breaker(scope, true);
             }
         }
         Err(e) => {

@@ -14,25 +14,10 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
-use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::state::{to_time, AppState};
-
-/// What one shadow strategy would have decided for a delivery.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ShadowBody {
-    /// `name@version`.
-    pub strategy: String,
-    pub level: String,
-    pub confidence: Option<String>,
-    /// The shadow's key, when it could make one.
-    pub key: Option<String>,
-    pub action: String,
-    pub reason: String,
-    /// The first delivery of the shadow key, when the shadow matched one.
-    pub reference_delivery_id: Option<String>,
-}
+use crate::details::ShadowVerdict;
+use crate::gate::{to_time, Gate};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Labels {
@@ -44,7 +29,7 @@ struct Labels {
 
 /// `oncegate_shadow_disagreements_total{provider,env,event_type,strategy}`.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct ShadowMetrics {
+pub struct ShadowMetrics {
     disagreements: Family<Labels, Counter>,
 }
 
@@ -64,16 +49,16 @@ impl ShadowMetrics {
 /// A store error only loses the shadow's opinion on this delivery: it is logged, never allowed
 /// to fail or slow the real decision further.
 pub(crate) async fn verdicts(
-    state: &AppState,
+    gate: &Gate,
     t: &EventType,
     origin: Origin<'_>,
     doc: &json::Value,
     event_type: &str,
     delivery: &DeliveryId,
     now: OffsetDateTime,
-) -> Vec<ShadowBody> {
+) -> Vec<ShadowVerdict> {
     let mut out = Vec::new();
-    for (s, id) in identity::shadow_identities(t, origin, doc, &state.salt) {
+    for (s, id) in identity::shadow_identities(t, origin, doc, gate.salt()) {
         let label = s.label();
         let Some(k) = id.effect else {
             let missing = id
@@ -86,7 +71,7 @@ pub(crate) async fn verdicts(
                 criticality: t.criticality,
                 missing,
             });
-            out.push(ShadowBody {
+            out.push(ShadowVerdict {
                 strategy: label,
                 level: s.level.as_str().to_owned(),
                 confidence: None,
@@ -116,7 +101,7 @@ pub(crate) async fn verdicts(
             expires_at: (!t.durable).then(|| now + to_time(k.horizon)),
             now,
         };
-        let prior = match state.store.shadow_observe(&observation).await {
+        let prior = match gate.store().shadow_observe(&observation).await {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(strategy = %label, error = %e, "a shadow strategy could not read its index");
@@ -150,7 +135,7 @@ pub(crate) async fn verdicts(
                 differences,
             },
         });
-        out.push(ShadowBody {
+        out.push(ShadowVerdict {
             strategy: label,
             level: k.level.as_str().to_owned(),
             confidence: Some(k.confidence.as_str().to_owned()),
@@ -163,29 +148,19 @@ pub(crate) async fn verdicts(
     out
 }
 
-/// The verdicts that differ from the decision taken.
-pub(crate) fn differing(verdicts: &[ShadowBody], actual: &str) -> Vec<ShadowBody> {
-    verdicts
-        .iter()
-        .filter(|v| v.action != actual)
-        .cloned()
-        .collect()
-}
-
 /// Counts and records the disagreements of one decided delivery.
 pub(crate) async fn settle(
-    state: &AppState,
+    gate: &Gate,
     origin: Origin<'_>,
     event_type: &str,
     delivery: &DeliveryId,
     actual: Action,
-    verdicts: &[ShadowBody],
+    verdicts: &[ShadowVerdict],
     now: OffsetDateTime,
-) -> Vec<ShadowBody> {
-    let differ = differing(verdicts, actual.as_str());
+) -> Vec<ShadowVerdict> {
+    let differ = crate::details::differing(verdicts, actual.as_str());
     for v in &differ {
-        state
-            .metrics
+        gate.metrics()
             .shadow
             .disagreements
             .get_or_create(&Labels {
@@ -200,8 +175,8 @@ pub(crate) async fn settle(
             .rsplit_once('@')
             .map(|(n, v)| (n.to_owned(), v.parse().unwrap_or(0)))
             .unwrap_or_else(|| (v.strategy.clone(), 0));
-        let recorded = state
-            .store
+        let recorded = gate
+            .store()
             .shadow_disagreement(&ShadowDisagreement {
                 delivery: delivery.clone(),
                 tenant: origin.tenant.to_owned(),

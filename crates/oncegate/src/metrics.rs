@@ -85,7 +85,8 @@ const EFFECT_GAUGE_INTERVAL: Duration = Duration::from_secs(30);
 /// this value (with the oldest age still exact, the listing being oldest first).
 const QUEUE_SCAN_LIMIT: u32 = 10_000;
 
-pub(crate) struct Metrics {
+/// A gate's Prometheus registry and its counters, gauges and histograms (`oncegate_*`).
+pub struct Metrics {
     registry: Registry,
     deliveries: Family<DeliveryLabels, Counter>,
     keys: Family<KeyLabels, Counter>,
@@ -104,13 +105,14 @@ pub(crate) struct Metrics {
     latency: Histogram,
     effects_refreshed: Mutex<Option<Instant>>,
     /// The reconciler's own metrics (attempts by outcome, missing effects).
-    pub reconcile: crate::reconciler::ReconcileMetrics,
+    pub(crate) reconcile: crate::reconciler::ReconcileMetrics,
     /// Shadow strategies' disagreements with the active hierarchy.
-    pub shadow: crate::shadow::ShadowMetrics,
+    pub(crate) shadow: crate::shadow::ShadowMetrics,
 }
 
 impl Metrics {
-    pub fn new() -> Metrics {
+    /// A new registry with every family registered.
+    pub(crate) fn new() -> Metrics {
         let mut registry = Registry::with_prefix("oncegate");
         let deliveries = Family::<DeliveryLabels, Counter>::default();
         registry.register(
@@ -229,7 +231,7 @@ impl Metrics {
     }
 
     /// Counts one recorded decision.
-    pub fn decision(
+    pub(crate) fn decision(
         &self,
         labels: DeliveryLabels,
         confidence: Option<&str>,
@@ -283,7 +285,7 @@ impl Metrics {
             .inc();
     }
 
-    pub fn rejected(&self, reason: &str) {
+    pub(crate) fn rejected(&self, reason: &str) {
         self.rejected
             .get_or_create(&ReasonLabels {
                 reason: reason.to_owned(),
@@ -291,6 +293,7 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts a queue resolution by its outcome (`duplicate`, `distinct`).
     pub fn resolution(&self, outcome: &str) {
         self.resolutions
             .get_or_create(&OutcomeLabels {
@@ -299,7 +302,7 @@ impl Metrics {
             .inc();
     }
 
-    pub fn effect_outcome(&self, outcome: &str) {
+    pub(crate) fn effect_outcome(&self, outcome: &str) {
         self.effect_outcomes
             .get_or_create(&OutcomeLabels {
                 outcome: outcome.to_owned(),
@@ -317,6 +320,11 @@ impl Metrics {
                 strategy: scope.strategy_label(),
             })
             .set(i64::from(open));
+    }
+
+    /// Counts an item a person resolved (how long it waited, by whom it was settled).
+    pub fn settled_by_person(&self, item: &oncegate_store::QueueItem, now: OffsetDateTime) {
+        self.reconcile.settled("person", item, now);
     }
 
     /// Reads the shared gauges from the store. A store that does not answer leaves the last

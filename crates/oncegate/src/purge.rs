@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use oncegate_store::PurgePolicy;
 
-use crate::state::{to_time, AppState};
+use crate::gate::{to_time, Gate};
 
 /// The policy the contract's settings describe.
-pub(crate) fn policy(state: &AppState) -> PurgePolicy {
-    let settings = &state.contract.settings;
+pub(crate) fn policy(gate: &Gate) -> PurgePolicy {
+    let settings = &gate.contract().settings;
     PurgePolicy {
         payload_retention: to_time(settings.payload_retention),
         proof_retention: to_time(settings.proof_retention),
@@ -22,14 +22,14 @@ pub(crate) fn policy(state: &AppState) -> PurgePolicy {
 
 /// Runs forever, one purge per period; the first runs one period after start, so a restart
 /// loop never turns into a purge loop.
-pub(crate) async fn run(state: AppState, every: Duration) {
+pub(crate) async fn run(gate: Gate, every: Duration) {
     let every = every.max(Duration::from_secs(1));
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let now = state.now();
-        match state.store.purge(&policy(&state), now, false).await {
+        let now = gate.now();
+        match gate.store().purge(&policy(&gate), now, false).await {
             Ok(c) => tracing::info!(
                 index_entries = c.index_entries,
                 payloads = c.payloads,

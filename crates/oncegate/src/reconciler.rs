@@ -45,9 +45,8 @@ use serde_json::json;
 use time::OffsetDateTime;
 
 use crate::authority::{AuthorityClient, AuthorityPolicy, UrlContext};
-use crate::state::AppState;
+use crate::gate::Gate;
 use crate::trust::TrustError;
-use crate::ServiceConfig;
 
 /// Who the resolutions are recorded as.
 pub const RECONCILER: &str = "reconciler";
@@ -76,6 +75,7 @@ pub struct ReconcilerSettings {
     pub retry_cap: Duration,
     /// Between two invisible-losses sweeps (only types whose authority sets `sweep_window`).
     pub sweep_every: Duration,
+    /// How the authorities are asked (timeout, retries, circuit).
     pub authority: AuthorityPolicy,
 }
 
@@ -93,6 +93,7 @@ impl Default for ReconcilerSettings {
 
 /// Why a run could not go through its items at all (one item's trouble never stops a run).
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // each variant's message says what it holds
 pub enum ReconcileError {
     #[error("the store is unavailable: {0}")]
     Store(#[from] StoreError),
@@ -103,10 +104,13 @@ pub enum ReconcileError {
 /// What a run did with one queue item.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemReport {
+    /// The queue item.
     pub item: QueueItemId,
+    /// Its delivery.
     pub delivery: DeliveryId,
     /// `distinct`, `duplicate`, or `open` (left for a later attempt or a person).
     pub verdict: &'static str,
+    /// The authority's reference of the operation the item was matched to.
     pub authoritative_ref: Option<String>,
     /// The effect released (distinct) or linked (duplicate).
     pub effect: Option<EffectId>,
@@ -117,6 +121,7 @@ pub struct ItemReport {
 /// What a sweep found for one resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SweepReport {
+    /// The resource swept.
     pub scope: ResourceScope,
     /// References of authority operations with no local effect.
     pub missing: Vec<String>,
@@ -127,7 +132,9 @@ pub struct SweepReport {
 /// The outcome of one run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunReport {
+    /// What the run did with each open item.
     pub items: Vec<ItemReport>,
+    /// What the invisible-losses sweep found.
     pub sweep: Vec<SweepReport>,
 }
 
@@ -282,18 +289,19 @@ struct Run<'a> {
 }
 
 /// One reconciliation pass over the open items, then the invisible-losses sweep, with the
-/// config's contract, store, salt and clock: what `oncegate reconcile --once` runs.
-pub async fn reconcile_once(config: &ServiceConfig) -> Result<RunReport, ReconcileError> {
-    let client = AuthorityClient::new(
-        config.reconciler.authority,
-        &config.contract,
-        config.ca_file.as_deref(),
-    )?;
+/// gate's contract, store, salt and clock: what `oncegate reconcile --once` runs. Every CA
+/// file the authorities need (`ca_file` for all, each authority's own) is read first.
+pub async fn reconcile_once(
+    gate: &Gate,
+    policy: AuthorityPolicy,
+    ca_file: Option<&std::path::Path>,
+) -> Result<RunReport, ReconcileError> {
+    let client = AuthorityClient::new(policy, gate.contract(), ca_file)?;
     let run = Run {
-        contract: &config.contract,
-        store: config.store.as_ref(),
-        salt: &config.salt,
-        now: (config.clock)(),
+        contract: gate.contract(),
+        store: gate.store().as_ref(),
+        salt: gate.salt(),
+        now: gate.now(),
         client: &client,
         metrics: None,
         retry: None,
@@ -307,11 +315,7 @@ pub async fn reconcile_once(config: &ServiceConfig) -> Result<RunReport, Reconci
 /// The worker `serve` runs: a pass every `every`, a sweep every `sweep_every`. Several
 /// instances may run it at once: resolving an item twice is refused by the store, so the
 /// second instance's attempt on an item just settled is a harmless conflict.
-pub(crate) async fn run_forever(
-    state: AppState,
-    settings: ReconcilerSettings,
-    client: AuthorityClient,
-) {
+pub(crate) async fn run_forever(gate: Gate, settings: ReconcilerSettings, client: AuthorityClient) {
     let Some(every) = settings.every else { return };
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -321,15 +325,15 @@ pub(crate) async fn run_forever(
         // queued by another instance, items whose retry became due).
         tokio::select! {
             _ = tick.tick() => {}
-            _ = state.reconcile_wake.notified() => {}
+            _ = gate.wake().notified() => {}
         }
         let run = Run {
-            contract: &state.contract,
-            store: state.store.as_ref(),
-            salt: &state.salt,
-            now: state.now(),
+            contract: gate.contract(),
+            store: gate.store().as_ref(),
+            salt: gate.salt(),
+            now: gate.now(),
             client: &client,
-            metrics: Some(&state.metrics.reconcile),
+            metrics: Some(&gate.metrics().reconcile),
             retry: Some((settings.retry_base, settings.retry_cap)),
             settled: Default::default(),
         };
@@ -375,7 +379,7 @@ impl Run<'_> {
         let (Some((base, cap)), Some(last)) = (self.retry, item.last_attempt_at) else {
             return true;
         };
-        last + crate::state::to_time(retry_delay(&item.id, item.reconcile_attempts, base, cap))
+        last + crate::gate::to_time(retry_delay(&item.id, item.reconcile_attempts, base, cap))
             <= self.now
     }
 
@@ -732,7 +736,7 @@ impl Run<'_> {
                 let Some(window) = authority.sweep_window else {
                     continue;
                 };
-                let since = self.now - crate::state::to_time(window);
+                let since = self.now - crate::gate::to_time(window);
                 let resources = self
                     .store
                     .resources_seen(&provider.name, &t.name, since)

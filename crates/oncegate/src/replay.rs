@@ -23,7 +23,7 @@ use oncegate_store::{
 };
 use time::OffsetDateTime;
 
-use crate::state::to_time;
+use crate::gate::to_time;
 
 /// What a replay decided, as recorded in its own proof.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,12 +34,15 @@ pub struct ReplayOutcome {
     pub delivery: DeliveryId,
     /// `ignore` (found through the proof) or `reconcile` (approval needed).
     pub action: Action,
+    /// The decision's one-sentence reason.
     pub reason: String,
+    /// The matrix row.
     pub rule: &'static str,
     /// The effect found through the proof (ignore), or the one to reconcile against.
     pub effect: Option<EffectId>,
     /// The effect's result, for an ignore.
     pub result: Option<String>,
+    /// The queue item of a reconcile.
     pub queue_item: Option<QueueItemId>,
 }
 
@@ -253,19 +256,20 @@ pub async fn replay(
         correlation_id: d.correlation_id.clone(),
     };
     let delivery = store.journal(reception).await?;
-    let details = serde_json::json!({
-        "replay_of": original.to_string(),
-        "notes": notes,
-        "criticality": type_def.map(|t| t.criticality.as_str()),
-        "confidence": proof.confidence.map(|c| c.as_str()),
-    });
+    let details = crate::details::Details {
+        replay_of: Some(original.to_string()),
+        notes,
+        criticality: type_def.map(|t| t.criticality.as_str().to_owned()),
+        confidence: proof.confidence.map(|c| c.as_str().to_owned()),
+        ..crate::details::Details::default()
+    };
     let request = DecideRequest {
         delivery: delivery.clone(),
         event_type,
         key,
         // A replay never reserves anything; the lease is only the request's required field.
         lease: time::Duration::seconds(1),
-        details_json: details.to_string(),
+        details_json: details.to_json(),
         now,
         resource,
         critical: type_def.is_none_or(|t| t.criticality == Criticality::Critical),

@@ -1,0 +1,568 @@
+//! The gate: one contract, one store and one salt, and the pipeline every delivery goes
+//! through after its sender was authenticated — journal, identify, read the breaker, run the
+//! shadows, decide in the store, count — whatever transport brought it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oncegate_core::contract::Contract;
+use oncegate_core::ids::{DeliveryId, EffectId};
+use oncegate_core::json::{self, JsonErrorKind, Limits};
+use oncegate_core::matrix::{self, Confidence, Difference, Rejection, Situation};
+use oncegate_store::{DecideOutcome, DecideRequest, PriorView, Store};
+use time::OffsetDateTime;
+
+use crate::backlog::{Backlog, Undecided};
+use crate::details::Details;
+use crate::error::GateError;
+use crate::metrics::{DeliveryLabels, Metrics};
+use crate::outcome::{Held, Outcome, Proof, Rejected};
+use crate::plan::{self, Plan};
+use crate::reception::{Cut, Reception};
+use crate::refusal::{Refusal, RefusalKind};
+use crate::{breaker, shadow};
+
+/// Where the gate reads the time. Tests inject a fixed or stepped clock; production uses
+/// [`system_clock`].
+pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
+
+/// The wall clock, in UTC.
+pub fn system_clock() -> Clock {
+    Arc::new(OffsetDateTime::now_utc)
+}
+
+/// The largest result (or failure text) an effect keeps: references, not payloads.
+pub const MAX_RESULT_BYTES: usize = 16 * 1024;
+
+/// Everything a gate needs, resolved by the caller.
+#[derive(Clone)]
+pub struct GateConfig {
+    /// The contract deliveries are identified with.
+    pub contract: Arc<Contract>,
+    /// The store they are journaled and decided in.
+    pub store: Arc<dyn Store>,
+    /// The key salt for sensitive fields (HMAC-SHA-256).
+    pub salt: Vec<u8>,
+    /// Overrides the contract's `settings.lease` for `process` reservations.
+    pub lease: Option<Duration>,
+    /// How far back a strategy's key matches count for its collision breaker (default 24 h).
+    pub breaker_window: Duration,
+    /// Where the time is read.
+    pub clock: Clock,
+}
+
+impl GateConfig {
+    /// The contract's lease, a 24-hour breaker window and the system clock.
+    pub fn new(contract: Arc<Contract>, store: Arc<dyn Store>, salt: Vec<u8>) -> GateConfig {
+        GateConfig {
+            contract,
+            store,
+            salt,
+            lease: None,
+            breaker_window: Duration::from_secs(24 * 3600),
+            clock: system_clock(),
+        }
+    }
+}
+
+impl std::fmt::Debug for GateConfig {
+    // Written by hand so the salt can never reach a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GateConfig")
+            .field("contract", &self.contract.source)
+            .field("store", &self.store.backend())
+            .field("salt", &"<redacted>")
+            .field("lease", &self.lease)
+            .field("breaker_window", &self.breaker_window)
+            .finish()
+    }
+}
+
+pub(crate) struct Inner {
+    contract: Arc<Contract>,
+    store: Arc<dyn Store>,
+    salt: Vec<u8>,
+    clock: Clock,
+    lease: Duration,
+    breaker_window: time::Duration,
+    limits: Limits,
+    metrics: Metrics,
+    /// Wakes the reconciler as soon as an item is queued (a quarantine or a reconcile), so an
+    /// item is attempted right away instead of at the next poll; `Notify` keeps one permit,
+    /// so a burst of deliveries makes one run, not one per delivery.
+    wake: Arc<tokio::sync::Notify>,
+    backlog: Backlog,
+}
+
+/// The engine, cheap to clone (one shared state): decides deliveries, holds reservations and
+/// runs the upkeep. See the crate's documentation for a delivery decided end to end.
+#[derive(Clone)]
+pub struct Gate(Arc<Inner>);
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("contract", &self.0.contract.source)
+            .field("store", &self.0.store.backend())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gate {
+    /// A gate over an opened store.
+    pub fn new(config: GateConfig) -> Gate {
+        let settings = &config.contract.settings;
+        let limits = Limits {
+            max_bytes: settings.max_body_bytes,
+            max_depth: settings.max_depth,
+        };
+        let lease = config.lease.unwrap_or(settings.lease);
+        Gate(Arc::new(Inner {
+            contract: config.contract,
+            store: config.store,
+            salt: config.salt,
+            clock: config.clock,
+            lease,
+            breaker_window: to_time(config.breaker_window),
+            limits,
+            metrics: Metrics::new(),
+            wake: Arc::new(tokio::sync::Notify::new()),
+            backlog: Backlog::default(),
+        }))
+    }
+
+    /// Opens the store at `url` (`sqlite://path`, `postgres://…`; its schema is created or
+    /// migrated) and makes a gate with the default settings.
+    pub async fn open(contract: Contract, url: &str, salt: Vec<u8>) -> Result<Gate, GateError> {
+        let store = oncegate_store::open(url).await?;
+        Ok(Gate::new(GateConfig::new(Arc::new(contract), store, salt)))
+    }
+
+    /// The contract the gate decides with.
+    pub fn contract(&self) -> &Arc<Contract> {
+        &self.0.contract
+    }
+
+    /// The store the gate decides in.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.0.store
+    }
+
+    /// The gate's clock, now.
+    pub fn now(&self) -> OffsetDateTime {
+        (self.0.clock)()
+    }
+
+    /// The body and depth limits of the contract: a transport reads at most `max_bytes`.
+    pub fn limits(&self) -> Limits {
+        self.0.limits
+    }
+
+    /// The lease of a `process` reservation.
+    pub fn lease(&self) -> Duration {
+        self.0.lease
+    }
+
+    /// The gate's Prometheus metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.0.metrics
+    }
+
+    pub(crate) fn salt(&self) -> &[u8] {
+        &self.0.salt
+    }
+
+    pub(crate) fn breaker_window(&self) -> time::Duration {
+        self.0.breaker_window
+    }
+
+    /// Wakes the reconciler (an item was queued).
+    pub(crate) fn wake(&self) -> &Arc<tokio::sync::Notify> {
+        &self.0.wake
+    }
+
+    pub(crate) fn lease_time(&self) -> time::Duration {
+        to_time(self.0.lease)
+    }
+
+    /// Journals and decides one delivery whose sender was authenticated (or needs none): a
+    /// body that could not be kept, an environment the contract does not declare or a body
+    /// that is not acceptable JSON is refused ([`Outcome::Rejected`]); everything else is
+    /// identified with the contract and decided in the store.
+    ///
+    /// The pipeline runs as its own task: a caller that gives up (a client that hangs up, a
+    /// request timeout) never cuts a decision between its journal entry and its proof.
+    ///
+    /// A store error is returned after the reception was journaled when it could be: a
+    /// decision the store could not record while it was unavailable is remembered, and its
+    /// proof is written once the store is back (by the next decision or the upkeep).
+    pub async fn deliver(&self, reception: Reception) -> Result<Outcome, GateError> {
+        let gate = self.clone();
+        match tokio::spawn(async move { gate.pipeline(reception).await }).await {
+            Ok(result) => result,
+            Err(e) => {
+                tracing::error!(error = %e, "the delivery pipeline panicked");
+                Err(GateError::Panicked)
+            }
+        }
+    }
+
+    /// Journals a reception refused by its transport (its sender could not be authenticated)
+    /// and records its `reject` decision.
+    pub async fn refuse(
+        &self,
+        reception: Reception,
+        refusal: Refusal,
+    ) -> Result<Outcome, GateError> {
+        let gate = self.clone();
+        let task = async move {
+            let started = Instant::now();
+            let received_at = reception.received_at.unwrap_or_else(|| gate.now());
+            gate.reject(&reception, received_at, started, refusal).await
+        };
+        match tokio::spawn(task).await {
+            Ok(result) => result,
+            Err(e) => {
+                tracing::error!(error = %e, "the refusal pipeline panicked");
+                Err(GateError::Panicked)
+            }
+        }
+    }
+
+    /// The collision breakers' rule: the contract's threshold and minimum sample over the
+    /// gate's window.
+    pub fn breaker_rule(&self) -> oncegate_store::BreakerRule {
+        breaker::rule(self)
+    }
+
+    /// Replays a journaled delivery late, on purpose (an operator's decision): its proof's
+    /// strategy version over its stored payload finds the effect it already had (`ignore`), or
+    /// it is kept for reconciliation. Journaled as a new reception naming the original; see
+    /// [`crate::replay`].
+    pub async fn replay(
+        &self,
+        original: &DeliveryId,
+    ) -> Result<crate::replay::ReplayOutcome, GateError> {
+        Ok(crate::replay::replay(
+            self.store().as_ref(),
+            self.contract(),
+            self.salt(),
+            original,
+            self.now(),
+        )
+        .await?)
+    }
+
+    /// The reservation of `effect` under `fencing`, as a transport rebuilds it from the token
+    /// it handed out: its outcome is reported through it.
+    pub fn held(&self, effect: EffectId, fencing: u64) -> Held {
+        Held::rebuilt(self.clone(), effect, fencing)
+    }
+
+    async fn pipeline(&self, r: Reception) -> Result<Outcome, GateError> {
+        let started = Instant::now();
+        let received_at = r.received_at.unwrap_or_else(|| self.now());
+        let contract = self.contract().clone();
+        let provider = contract.provider(&r.provider);
+        // A body cut at its deadline is refused like one cut by its sender (journaled with the
+        // size and hash of what arrived), under its own code.
+        match r.body.cut_by() {
+            Some(Cut::Late(sentence)) => {
+                let refusal = Refusal::new(RefusalKind::BodyTimeout, sentence.clone());
+                return self.reject(&r, received_at, started, refusal).await;
+            }
+            Some(Cut::Broken) => {
+                let refusal = Refusal::new(
+                    RefusalKind::IncompleteBody,
+                    "the body could not be read to its end",
+                );
+                return self.reject(&r, received_at, started, refusal).await;
+            }
+            Some(Cut::OverLimit) => {
+                let f = format!(
+                    "the body of {} bytes is over the limit of {} bytes",
+                    r.body.size(),
+                    self.0.limits.max_bytes
+                );
+                let refusal = Refusal::new(RefusalKind::TooLarge, f);
+                return self.reject(&r, received_at, started, refusal).await;
+            }
+            None => {}
+        }
+        let environments = &contract.environments;
+        if !environments.is_empty() && !environments.iter().any(|e| e == &r.env) {
+            let f = format!(
+                "environment {:?} is not one the contract declares ({})",
+                r.env,
+                environments.join(", ")
+            );
+            let refusal = Refusal::new(RefusalKind::UnknownEnvironment, f);
+            return self.reject(&r, received_at, started, refusal).await;
+        }
+        let doc = match json::parse(r.body.bytes(), &self.0.limits) {
+            Ok(doc) => doc,
+            Err(e) => {
+                let refusal = match e.kind {
+                    JsonErrorKind::TooLarge { .. } => {
+                        Refusal::new(RefusalKind::TooLarge, format!("the {e}"))
+                    }
+                    _ => Refusal::new(
+                        RefusalKind::MalformedJson,
+                        format!("the body is not acceptable JSON: {e}"),
+                    ),
+                };
+                return self.reject(&r, received_at, started, refusal).await;
+            }
+        };
+
+        // Identification: pure, from the contract.
+        let (event_type, event_type_note) = match provider {
+            None => (None, None),
+            Some(p) => match oncegate_core::identity::event_type_of(p, &r.headers, &doc) {
+                Ok(t) => (Some(t), None),
+                Err(why) => (None, Some(why)),
+            },
+        };
+        let type_def = match (provider, &event_type) {
+            (Some(p), Some(t)) => p.types.get(t),
+            _ => None,
+        };
+        let transport = plan::transport_key(&r, provider);
+        let plan = match type_def {
+            Some(t) => Plan::identified(provider, t, &r, &doc, self.salt()),
+            None => Plan::no_contract(
+                &r.provider,
+                provider.is_some(),
+                event_type.as_deref(),
+                event_type_note,
+            ),
+        };
+
+        let entry = plan::journal_entry(
+            &r,
+            received_at,
+            event_type.clone(),
+            Some(transport),
+            provider,
+        );
+        let delivery = self.store().journal(entry).await?;
+        // Shadow strategies see the delivery before the decision so their verdicts are part of
+        // the proof; they never change it.
+        let shadows = match (type_def, &event_type) {
+            (Some(t), Some(et)) if !t.shadow.is_empty() => {
+                shadow::verdicts(self, t, r.origin(), &doc, et, &delivery, received_at).await
+            }
+            _ => Vec::new(),
+        };
+        let mut details = plan.details.clone();
+        details.shadow = shadows.clone();
+        let request = DecideRequest {
+            delivery: delivery.clone(),
+            event_type: event_type.clone(),
+            key: plan.key.clone(),
+            lease: self.lease_time(),
+            details_json: details.to_json(),
+            now: received_at,
+            resource: plan.resource.clone(),
+            critical: plan.critical,
+        };
+        // The outcome does not repeat the differences the matrix saw, so the closure keeps the
+        // last view's list (the store may run it more than once; the last run is the one
+        // applied). The store may run the closure on another thread (SQLite's writer), so it
+        // owns its state.
+        let seen: Arc<std::sync::Mutex<Vec<Difference>>> = Arc::default();
+        let shape = plan.shape.clone();
+        // The strategy's collision breaker, read just before the decision (see `breaker`).
+        let breaker_scope = match (&plan.strategy, &event_type) {
+            (Some(s), Some(t)) => Some(breaker::scope(&r.provider, &r.env, t, s)),
+            _ => None,
+        };
+        let breaker_open = match &breaker_scope {
+            Some(scope) => breaker::is_open(self, scope).await,
+            None => false,
+        };
+        let decide = {
+            let seen = seen.clone();
+            move |view: &PriorView| {
+                *seen.lock().expect("differences lock") = view.differences.clone();
+                shape.decide(view, breaker_open)
+            }
+        };
+        let outcome = match self.store().decide(request, &decide).await {
+            Ok(o) => o,
+            Err(e) => return Err(self.undecided(delivery, event_type, e.into())),
+        };
+        if outcome.queue_item.is_some() {
+            // Committed: the reconciler can attempt it now rather than at its next poll.
+            self.wake().notify_one();
+        }
+        if let Some(scope) = &breaker_scope {
+            breaker::count(self, scope, &outcome).await;
+        }
+        let differences = std::mem::take(&mut *seen.lock().expect("differences lock"));
+        let labels = DeliveryLabels {
+            provider: label_or(provider.is_some(), &r.provider, "(unknown)"),
+            env: r.env.clone(),
+            event_type: match (type_def, &event_type) {
+                (Some(_), Some(t)) => t.clone(),
+                _ => "(no contract)".to_owned(),
+            },
+            strategy: plan
+                .strategy
+                .as_ref()
+                .map(|s| format!("{}@{}", s.name, s.version))
+                .unwrap_or_default(),
+            level: plan
+                .strategy
+                .as_ref()
+                .map(|s| s.level.clone())
+                .unwrap_or_default(),
+            action: outcome.decision.action.as_str().to_owned(),
+        };
+        self.metrics().decision(
+            labels,
+            plan.confidence.map(Confidence::as_str),
+            &outcome.decision,
+            started.elapsed(),
+        );
+        tracing::info!(
+            delivery_id = %delivery,
+            tenant = %r.tenant,
+            provider = %r.provider,
+            env = %r.env,
+            event_type = event_type.as_deref().unwrap_or(""),
+            strategy = plan.strategy.as_ref().map(|s| s.name.as_str()).unwrap_or(""),
+            strategy_version = plan.strategy.as_ref().map(|s| s.version).unwrap_or(0),
+            level = plan.strategy.as_ref().map(|s| s.level.as_str()).unwrap_or(""),
+            action = outcome.decision.action.as_str(),
+            rule = outcome.decision.rule,
+            effect_id = outcome.effect.as_ref().map(|e| e.to_string()).unwrap_or_default(),
+            reference_delivery_id = outcome.reference_delivery.as_ref().map(|d| d.to_string()).unwrap_or_default(),
+            correlation_id = r.correlation_id.as_deref().unwrap_or(""),
+            "decision"
+        );
+        // A decision recorded means the store is back: settle what it missed meanwhile.
+        let waiting = self.settle_undecided().await;
+        if waiting > 0 {
+            tracing::debug!(waiting, "missed decisions still wait for the store");
+        }
+        let disagreeing = match &event_type {
+            Some(et) if !shadows.is_empty() => {
+                shadow::settle(
+                    self,
+                    r.origin(),
+                    et,
+                    &delivery,
+                    outcome.decision.action,
+                    &shadows,
+                    received_at,
+                )
+                .await
+            }
+            _ => Vec::new(),
+        };
+        details.shadow = disagreeing;
+        let proof = Proof::decided(delivery, event_type, &plan, differences, details, &outcome);
+        Ok(Outcome::of(self, proof, outcome))
+    }
+
+    /// Journals a refused reception, records its `reject` decision and returns it.
+    async fn reject(
+        &self,
+        r: &Reception,
+        received_at: OffsetDateTime,
+        started: Instant,
+        refusal: Refusal,
+    ) -> Result<Outcome, GateError> {
+        let code = refusal.kind.code();
+        self.metrics().rejected(code);
+        let provider = self.contract().provider(&r.provider);
+        let entry = plan::journal_entry(r, received_at, None, None, provider);
+        let delivery = self.store().journal(entry).await?;
+        let rejection = Rejection {
+            code: code.to_owned(),
+            message: refusal.fragment.clone(),
+        };
+        let decision = matrix::decide(&Situation::Rejected(rejection));
+        let details = Details::rejected(code);
+        let request = DecideRequest {
+            delivery: delivery.clone(),
+            event_type: None,
+            key: None,
+            lease: self.lease_time(),
+            details_json: details.to_json(),
+            now: received_at,
+            resource: None,
+            critical: true,
+        };
+        let recorded = decision.clone();
+        let matrix = move |_: &PriorView| recorded.clone();
+        let outcome: DecideOutcome = match self.store().decide(request, &matrix).await {
+            Ok(o) => o,
+            Err(e) => return Err(self.undecided(delivery, None, e.into())),
+        };
+        self.metrics().decision(
+            DeliveryLabels {
+                provider: label_or(provider.is_some(), &r.provider, "(unknown)"),
+                env: r.env.clone(),
+                event_type: "(rejected)".to_owned(),
+                strategy: String::new(),
+                level: String::new(),
+                action: decision.action.as_str().to_owned(),
+            },
+            None,
+            &decision,
+            started.elapsed(),
+        );
+        tracing::info!(
+            delivery_id = %delivery,
+            tenant = %r.tenant,
+            provider = %r.provider,
+            env = %r.env,
+            action = "reject",
+            code,
+            size = r.body.size(),
+            correlation_id = r.correlation_id.as_deref().unwrap_or(""),
+            "reception refused"
+        );
+        let proof = Proof::refused(delivery, details, &outcome);
+        Ok(Outcome::Rejected(Rejected { refusal, proof }))
+    }
+
+    /// A journaled reception whose decision could not be recorded: remembered when the store
+    /// is unavailable, so its proof is written once the store is back.
+    fn undecided(
+        &self,
+        delivery: DeliveryId,
+        event_type: Option<String>,
+        e: GateError,
+    ) -> GateError {
+        if e.is_unavailable() {
+            tracing::warn!(delivery_id = %delivery, "journaled but not decided: the store went away");
+            self.0.backlog.remember(Undecided {
+                delivery,
+                event_type,
+            });
+        }
+        e
+    }
+
+    /// Records the decisions the store missed while it was down, as rejections. Returns how
+    /// many are still waiting.
+    pub(crate) async fn settle_undecided(&self) -> usize {
+        self.0.backlog.settle(self).await
+    }
+}
+
+fn label_or(known: bool, value: &str, unknown: &str) -> String {
+    if known {
+        value.to_owned()
+    } else {
+        unknown.to_owned()
+    }
+}
+
+/// A standard duration as a `time` one (saturating).
+pub(crate) fn to_time(d: Duration) -> time::Duration {
+    time::Duration::try_from(d).unwrap_or(time::Duration::MAX)
+}

@@ -1,0 +1,278 @@
+//! What identification makes of a delivery before the store is asked: the matrix's question
+//! (a key whose prior the store supplies, or a situation that does not depend on the store),
+//! the store's key, the proof's details, and the journal entry.
+
+use std::collections::BTreeMap;
+
+use oncegate_core::contract::{EventType, EventTypeSource, Provider, Scheme};
+use oncegate_core::identity::{self, Identity};
+use oncegate_core::json;
+use oncegate_core::matrix::{self, Confidence, Criticality, Keyed, Situation};
+use oncegate_store::{
+    EffectKey, Horizon, KeyScope, NewReception, PriorView, StrategyRef, TransportKey,
+    TransportStrength,
+};
+
+use crate::details::{Details, Skipped, UsedField};
+use crate::gate::to_time;
+use crate::reception::Reception;
+
+/// Request headers worth keeping with a delivery: enough to investigate, never a signature or
+/// a credential.
+const KEPT_HEADERS: &[&str] = &[
+    "content-type",
+    "content-length",
+    "user-agent",
+    "webhook-id",
+    "webhook-timestamp",
+    "x-request-id",
+    "x-correlation-id",
+];
+
+/// What the matrix will be asked, decided before the store transaction: either an identified
+/// key whose prior the store supplies, or a situation that does not depend on the store.
+#[derive(Clone)]
+pub(crate) enum Shape {
+    Keyed {
+        criticality: Criticality,
+        authority: bool,
+        confidence: Confidence,
+    },
+    Fixed(Situation),
+}
+
+impl Shape {
+    pub(crate) fn decide(&self, view: &PriorView, breaker_open: bool) -> matrix::Decision {
+        match self {
+            Shape::Keyed {
+                criticality,
+                authority,
+                confidence,
+            } => matrix::decide(&Situation::Identified {
+                criticality: *criticality,
+                authority: *authority,
+                breaker_open,
+                transport: view.transport,
+                key: Keyed {
+                    confidence: *confidence,
+                    prior: view.prior,
+                    // The store's list, so the proof and the queue item record exactly what
+                    // the matrix saw.
+                    differences: view.differences.clone(),
+                },
+            }),
+            Shape::Fixed(s) => matrix::decide(s),
+        }
+    }
+}
+
+/// Everything identification produced for one delivery.
+pub(crate) struct Plan {
+    pub shape: Shape,
+    pub key: Option<EffectKey>,
+    pub strategy: Option<StrategyRef>,
+    pub confidence: Option<Confidence>,
+    pub details: Details,
+    /// Kept on the effect for the reconciler (the resource the authority is asked about) and
+    /// the lease sweeper (critical → verify before retry; reversible → takeover).
+    pub resource: Option<String>,
+    pub critical: bool,
+}
+
+impl Plan {
+    pub(crate) fn identified(
+        provider: Option<&Provider>,
+        t: &EventType,
+        r: &Reception,
+        doc: &json::Value,
+        salt: &[u8],
+    ) -> Plan {
+        let id: Identity = identity::identify(t, r.origin(), doc, salt);
+        // `identify` walks the hierarchy in order and stops at the first key, so the skipped
+        // strategies are the first ones of the type's list.
+        let skipped: Vec<Skipped> = id
+            .skipped
+            .iter()
+            .zip(&t.strategies)
+            .map(|(s, def)| Skipped {
+                name: def.name.clone(),
+                version: def.version,
+                why: s.why.clone(),
+            })
+            .collect();
+        let mut details = Details {
+            skipped,
+            notes: id.notes.clone(),
+            criticality: Some(t.criticality.as_str().to_owned()),
+            ..Details::default()
+        };
+        let Some(k) = &id.effect else {
+            let missing = id
+                .skipped
+                .iter()
+                .map(|s| format!("{}: {}", s.strategy, s.why))
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Plan {
+                shape: Shape::Fixed(Situation::NoKey {
+                    criticality: t.criticality,
+                    missing,
+                }),
+                key: None,
+                strategy: None,
+                confidence: None,
+                details,
+                resource: id.resource.clone(),
+                critical: t.criticality == Criticality::Critical,
+            };
+        };
+        details.scope = Some(k.scope.clone());
+        // An operation-scoped key is one effect for every type declaring the operation: the
+        // proof names them, so support can see why a `charge.captured` was ignored after a
+        // `payment.succeeded`.
+        if let (Some(op), Some(p)) = (&k.operation, provider) {
+            details.shared_by = p
+                .types
+                .values()
+                .filter(|o| &o.operation == op)
+                .map(|o| o.name.clone())
+                .collect();
+        }
+        details.confidence = Some(k.confidence.as_str().to_owned());
+        details.fields = k
+            .fields
+            .iter()
+            .map(|f| UsedField {
+                pointer: f.pointer.clone(),
+                shown: f.shown.clone(),
+            })
+            .collect();
+        let strategy = StrategyRef {
+            name: k.strategy.clone(),
+            version: k.version,
+            level: k.level.as_str().to_owned(),
+        };
+        let key = EffectKey {
+            strategy: strategy.clone(),
+            value: k.key.clone(),
+            scope: KeyScope::of(k),
+            confidence: k.confidence,
+            horizon: if t.durable {
+                Horizon::Durable
+            } else {
+                Horizon::For(to_time(k.horizon))
+            },
+            discriminants: id
+                .discriminants
+                .iter()
+                .filter_map(|(f, v)| v.clone().map(|v| (f.clone(), v)))
+                .collect(),
+        };
+        Plan {
+            shape: Shape::Keyed {
+                criticality: t.criticality,
+                authority: t.authority.is_some(),
+                confidence: k.confidence,
+            },
+            key: Some(key),
+            strategy: Some(strategy),
+            confidence: Some(k.confidence),
+            details,
+            resource: id.resource.clone(),
+            critical: t.criticality == Criticality::Critical,
+        }
+    }
+
+    pub(crate) fn no_contract(
+        provider: &str,
+        provider_known: bool,
+        event_type: Option<&str>,
+        note: Option<String>,
+    ) -> Plan {
+        Plan {
+            shape: Shape::Fixed(Situation::NoContract {
+                provider: provider.to_owned(),
+                event_type: event_type.unwrap_or("(unnamed)").to_owned(),
+                provider_known,
+            }),
+            key: None,
+            strategy: None,
+            confidence: None,
+            details: Details {
+                notes: note.into_iter().collect(),
+                ..Details::default()
+            },
+            resource: None,
+            // Without a contract nothing says the effect is harmless: verify, never re-run.
+            critical: true,
+        }
+    }
+}
+
+/// The transport key: the provider's delivery-id header (for Standard Webhooks providers,
+/// `webhook-id` when the contract names no header), else the raw body hash.
+pub(crate) fn transport_key(r: &Reception, provider: Option<&Provider>) -> TransportKey {
+    let id_header = provider.and_then(|p| {
+        p.delivery_id_header
+            .clone()
+            .or_else(|| match p.signature.as_ref().map(|s| &s.scheme) {
+                Some(Scheme::StandardWebhooks { .. }) => Some("webhook-id".to_owned()),
+                _ => None,
+            })
+    });
+    let id = id_header.as_deref().and_then(|h| r.header_value(h));
+    let key = identity::transport_key(r.origin(), id, r.body.bytes());
+    TransportKey {
+        value: key.key,
+        strength: if key.strong {
+            TransportStrength::Strong
+        } else {
+            TransportStrength::Weak
+        },
+    }
+}
+
+/// The journal entry of a reception: its origin, size, hash, the headers worth keeping and
+/// the payload when it was kept whole.
+pub(crate) fn journal_entry(
+    r: &Reception,
+    received_at: time::OffsetDateTime,
+    event_type: Option<String>,
+    transport_key: Option<TransportKey>,
+    provider: Option<&Provider>,
+) -> NewReception {
+    let mut kept: BTreeMap<String, String> = BTreeMap::new();
+    let mut names: Vec<String> = KEPT_HEADERS.iter().map(|h| (*h).to_owned()).collect();
+    if let Some(p) = provider {
+        names.extend(p.delivery_id_header.clone());
+        if let EventTypeSource::Header(h) = &p.event_type {
+            names.push(h.to_ascii_lowercase());
+        }
+        // A scheme's timestamp header carries no MAC, and it explains a stale refusal.
+        if let Some(h) = p
+            .signature
+            .as_ref()
+            .and_then(|s| s.scheme.timestamp_header())
+        {
+            names.push(h.to_owned());
+        }
+    }
+    for name in names {
+        if let Some(v) = r.header_value(&name) {
+            kept.insert(name, v.chars().take(256).collect());
+        }
+    }
+    NewReception {
+        tenant: r.tenant.clone(),
+        provider: r.provider.clone(),
+        env: r.env.clone(),
+        event_type,
+        received_at,
+        size: r.body.size(),
+        body_sha256: r.body.sha256().to_owned(),
+        headers_json: serde_json::to_string(&kept).expect("headers serialize"),
+        payload: r.body.cut_by().is_none().then(|| r.body.bytes().to_vec()),
+        transport_key,
+        correlation_id: r.correlation_id.clone(),
+    }
+}

@@ -1,0 +1,141 @@
+//! The upkeep a gate needs beside its deliveries: expired leases turned `unknown` (critical:
+//! verify before retry; reversible: takeover), missed decisions recorded once the store is
+//! back, the reconciler (woken as soon as an item is queued, here or — through the store's
+//! hint — in a sibling instance), and the retention purge. Every part is idempotent, so
+//! several instances sharing a store may run it at once.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::authority::AuthorityClient;
+use crate::gate::Gate;
+use crate::reconciler::{self, ReconcilerSettings};
+use crate::trust::TrustError;
+
+/// What the upkeep runs.
+#[derive(Debug, Clone)]
+pub struct UpkeepSettings {
+    /// Sweep expired leases (every half lease, 1–15 s). Leases are also read as expired on
+    /// access, so turning the sweep off changes only when an abandoned effect turns `unknown`.
+    pub lease_sweep: bool,
+    /// How often the retention rules are applied; `None` never does. The first purge runs one
+    /// period after the start.
+    pub purge_every: Option<Duration>,
+    /// The reconciler worker and its authority policy (`every: None` turns it off).
+    pub reconciler: ReconcilerSettings,
+    /// An extra CA certificate file (PEM) every authority's HTTPS connection trusts.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Default for UpkeepSettings {
+    /// Lease sweep on, an hourly purge, the reconciler polling every 30 s.
+    fn default() -> Self {
+        UpkeepSettings {
+            lease_sweep: true,
+            purge_every: Some(Duration::from_secs(3600)),
+            reconciler: ReconcilerSettings::default(),
+            ca_file: None,
+        }
+    }
+}
+
+/// The running upkeep of a gate: its tasks stop when this is dropped.
+#[derive(Debug)]
+pub struct Upkeep {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Upkeep {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Gate {
+    /// Starts the upkeep on the current tokio runtime. A CA file that cannot be used is an
+    /// error before anything starts.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use oncegate::{Gate, UpkeepSettings};
+    ///
+    /// let contract = oncegate_core::contract::parse(
+    ///     "oncegate.toml",
+    ///     include_str!("../../../examples/oncegate.toml"),
+    /// )
+    /// .unwrap();
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let url = format!("sqlite://{}", dir.path().join("oncegate.db").display());
+    /// let gate = Gate::open(contract, &url, b"salt".to_vec()).await.unwrap();
+    /// let upkeep = gate.upkeep(UpkeepSettings::default()).unwrap();
+    /// // … deliveries …
+    /// drop(upkeep); // stops the sweep, the reconciler and the purge
+    /// # });
+    /// ```
+    pub fn upkeep(&self, settings: UpkeepSettings) -> Result<Upkeep, TrustError> {
+        let client = AuthorityClient::new(
+            settings.reconciler.authority,
+            self.contract(),
+            settings.ca_file.as_deref(),
+        )?;
+        let mut tasks = vec![tokio::spawn(leases(self.clone(), settings.lease_sweep))];
+        // Reconciliation runs beside the deliveries, never inside one: an authority that is
+        // slow or down delays only the queue.
+        tasks.push(tokio::spawn(reconciler::run_forever(
+            self.clone(),
+            settings.reconciler,
+            client,
+        )));
+        // Items queued by other instances sharing the store wake this one's reconciler too (a
+        // hint, where the backend has one; the poll remains the guarantee).
+        if settings.reconciler.every.is_some() {
+            tasks.extend(self.store().listen_for_queued(self.wake().clone()));
+        }
+        if let Some(every) = settings.purge_every {
+            tasks.push(tokio::spawn(crate::purge::run(self.clone(), every)));
+        }
+        Ok(Upkeep { tasks })
+    }
+}
+
+/// Reads every CA file the authorities of `contract` need (`ca_file`, the CA of every
+/// authority, and each authority's own `ca_file`) and builds their HTTPS clients, as
+/// [`Gate::upkeep`] and [`crate::reconcile_once`] do before anything else, so a caller can
+/// refuse to start before it opens anything.
+pub fn check_authorities(
+    contract: &oncegate_core::contract::Contract,
+    ca_file: Option<&std::path::Path>,
+) -> Result<(), TrustError> {
+    AuthorityClient::new(
+        crate::reconciler::ReconcilerSettings::default().authority,
+        contract,
+        ca_file,
+    )
+    .map(drop)
+}
+
+/// Expired leases become `unknown` and missed decisions are recorded.
+async fn leases(gate: Gate, sweep: bool) {
+    let period = (gate.lease() / 2).clamp(Duration::from_secs(1), Duration::from_secs(15));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if sweep {
+            match gate.store().expire_leases(gate.now()).await {
+                // A critical effect whose lease passed has a "verify before retry" item now.
+                Ok(expired) if !expired.is_empty() => gate.wake().notify_one(),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "lease sweep skipped");
+                    continue;
+                }
+            }
+        }
+        gate.settle_undecided().await;
+    }
+}
