@@ -43,6 +43,7 @@ mod deadline;
 mod error;
 mod ingest;
 mod instant;
+pub mod layer;
 mod logging;
 mod reservation;
 mod routes;

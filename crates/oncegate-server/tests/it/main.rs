@@ -11,6 +11,7 @@ mod deadlines;
 mod decisions;
 mod effects;
 mod harness;
+mod layer;
 mod limits;
 mod operation_scope;
 mod operations;
@@ -78,6 +79,8 @@ both_backends!(
     verify::the_consumer_settles_unknown_outcomes,
     verify::without_a_verifier_an_unknown_outcome_waits_for_a_person,
     operation_scope::the_second_type_of_one_operation_is_ignored_with_the_first_result,
+    layer::the_layer_runs_the_handler_once_and_answers_retries_with_its_result,
+    layer::a_failing_handler_is_retried_and_a_permanent_failure_is_kept,
     operation_scope::a_differing_discriminant_across_the_two_types_is_quarantined,
     operation_scope::thirty_two_racers_across_the_two_types_make_one_process,
     data_shapes::nul_in_values_and_keys_is_decided_and_provable,
