@@ -25,6 +25,7 @@ pub enum Role {
 }
 
 impl Role {
+    /// Its name in `ONCEGATE_TOKENS` and in messages.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Ingest => "ingest",
@@ -33,6 +34,7 @@ impl Role {
         }
     }
 
+    /// The role named `s`, if one is.
     pub fn parse(s: &str) -> Option<Role> {
         [Role::Ingest, Role::Operator, Role::Admin]
             .into_iter()
@@ -43,7 +45,9 @@ impl Role {
 /// One configured bearer token.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ApiToken {
+    /// The bearer secret (compared in constant time; never logged).
     pub secret: String,
+    /// What it may do.
     pub role: Role,
     /// `None`: every tenant. `Some(list)`: only these; others' deliveries answer 404.
     pub tenants: Option<Vec<String>>,
@@ -281,8 +285,8 @@ mod tests {
         assert_eq!(c.role, Role::Operator);
         assert!(c.sees("acme") && !c.sees("beta"));
         h.insert("authorization", "Bearer nope-nope-nope".parse().unwrap());
-        assert_eq!(tokens.bearer(&h).unwrap_err().status.as_u16(), 401);
+        assert_eq!(tokens.bearer(&h).unwrap_err().status().as_u16(), 401);
         h.insert("authorization", "Basic abc".parse().unwrap());
-        assert_eq!(tokens.bearer(&h).unwrap_err().status.as_u16(), 401);
+        assert_eq!(tokens.bearer(&h).unwrap_err().status().as_u16(), 401);
     }
 }

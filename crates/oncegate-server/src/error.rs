@@ -9,11 +9,58 @@ use oncegate_store::StoreError;
 
 use crate::wire::{ErrorBody, ErrorDetail};
 
-/// An error answer: status, stable code and a sentence for humans.
+/// What kind of trouble an answer reports; each kind has exactly one HTTP status, chosen in
+/// [`Problem::status`] and nowhere else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Problem {
+    /// The request is malformed or names something invalid (400).
+    BadRequest,
+    /// No credential, or one that is not valid (401).
+    Unauthorized,
+    /// A valid credential whose role or tenant may not do this (403).
+    Forbidden,
+    /// Nothing by that id exists for this caller (404).
+    NotFound,
+    /// The route exists, not with this method (405).
+    MethodNotAllowed,
+    /// The request body did not arrive in time (408): permanent for this request.
+    BodyTimeout,
+    /// The request conflicts with what is recorded: a stale token, an item resolved (409).
+    Conflict,
+    /// The body is over the limit (413).
+    TooLarge,
+    /// The service failed for a reason a retry will not fix (500, with a correlation id).
+    Internal,
+    /// The store is unavailable or the request ran out of time: a retry can succeed (503).
+    Unavailable,
+}
+
+impl Problem {
+    /// The one status of each kind.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Problem::BadRequest => StatusCode::BAD_REQUEST,
+            Problem::Unauthorized => StatusCode::UNAUTHORIZED,
+            Problem::Forbidden => StatusCode::FORBIDDEN,
+            Problem::NotFound => StatusCode::NOT_FOUND,
+            Problem::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Problem::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Problem::Conflict => StatusCode::CONFLICT,
+            Problem::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Problem::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Problem::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+/// An error answer: its kind (hence its status), a stable code and a sentence for humans.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
-    pub status: StatusCode,
+    /// The kind, which fixes the status.
+    pub problem: Problem,
+    /// The stable snake_case code (`stale_token`, `bad_signature`…).
     pub code: &'static str,
+    /// A plain sentence for the caller, never database text.
     pub message: String,
     /// Set on `internal` answers: the same id is logged with the cause, so an operator finds
     /// the log line from the answer a provider or a client shows them.
@@ -21,42 +68,59 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    /// An answer of kind `problem` under `code`.
+    pub fn new(problem: Problem, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
-            status,
+            problem,
             code,
             message: message.into(),
             correlation_id: None,
         }
     }
 
+    /// The answer's status.
+    pub fn status(&self) -> StatusCode {
+        self.problem.status()
+    }
+
+    /// 401 `unauthorized`.
     pub fn unauthorized(message: impl Into<String>) -> Self {
-        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+        ApiError::new(Problem::Unauthorized, "unauthorized", message)
     }
 
+    /// 403 `forbidden`.
     pub fn forbidden(message: impl Into<String>) -> Self {
-        ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
+        ApiError::new(Problem::Forbidden, "forbidden", message)
     }
 
+    /// 400 under `code`.
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        ApiError::new(StatusCode::BAD_REQUEST, code, message)
+        ApiError::new(Problem::BadRequest, code, message)
     }
 
+    /// 404 `not_found`.
     pub fn not_found(message: impl Into<String>) -> Self {
-        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+        ApiError::new(Problem::NotFound, "not_found", message)
     }
 
+    /// 409 under `code`.
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::new(Problem::Conflict, code, message)
+    }
+
+    /// 503 `store_unavailable`: nothing was recorded; retry.
     pub fn store_unavailable() -> Self {
         ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
+            Problem::Unavailable,
             "store_unavailable",
             "The store is unavailable; nothing was recorded, so retry later.",
         )
     }
 
+    /// 503 `timeout`: the request ran out of time; retry.
     pub fn timeout() -> Self {
         ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
+            Problem::Unavailable,
             "timeout",
             "The request took longer than the service allows; retry later (a decision already under way is still recorded).",
         )
@@ -66,7 +130,7 @@ impl ApiError {
     /// sender would be as slow again), so a 408, not a 503.
     pub(crate) fn body_timeout(late: crate::deadline::BodyTimedOut) -> Self {
         ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
+            Problem::BodyTimeout,
             "body_timeout",
             format!(
                 "{}; the connection is closed.",
@@ -81,7 +145,7 @@ impl ApiError {
         ApiError {
             correlation_id: Some(id.clone()),
             ..ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
+                Problem::Internal,
                 "internal",
                 format!("The service failed to answer; the cause is in its log under {id}. Retrying will not help until it is fixed."),
             )
@@ -102,7 +166,7 @@ impl std::fmt::Display for ApiError {
         write!(
             f,
             "{} {}: {}",
-            self.status.as_u16(),
+            self.status().as_u16(),
             self.code,
             self.message
         )
@@ -125,12 +189,12 @@ impl From<StoreError> for ApiError {
                 presented,
                 current,
             } => ApiError::new(
-                StatusCode::CONFLICT,
+                Problem::Conflict,
                 "stale_token",
                 format!("Effect {effect} is held under a newer reservation (fencing {current}); this token (fencing {presented}) is stale."),
             ),
             StoreError::LeaseLost { effect, .. } => ApiError::new(
-                StatusCode::CONFLICT,
+                Problem::Conflict,
                 "lease_lost",
                 format!("Effect {effect} is no longer reserved under this token: its lease expired or it already has an outcome."),
             ),
@@ -140,7 +204,7 @@ impl From<StoreError> for ApiError {
             StoreError::Conflict(_) => {
                 tracing::info!(error = %e, "store conflict");
                 ApiError::new(
-                    StatusCode::CONFLICT,
+                    Problem::Conflict,
                     "conflict",
                     "The request conflicts with what is already recorded (for example, an item resolved twice).",
                 )
@@ -166,17 +230,17 @@ impl ApiError {
     /// A refused reception, naming its journal entry: a refusal is permanent for this request
     /// (the same bytes from the same sender would be refused again), so never a 503.
     pub fn refused(refusal: &Refusal, delivery: &DeliveryId) -> Self {
-        let status = match refusal.kind {
-            RefusalKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            RefusalKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            RefusalKind::Unauthorized | RefusalKind::BadSignature => StatusCode::UNAUTHORIZED,
-            RefusalKind::Forbidden => StatusCode::FORBIDDEN,
+        let problem = match refusal.kind {
+            RefusalKind::BodyTimeout => Problem::BodyTimeout,
+            RefusalKind::TooLarge => Problem::TooLarge,
+            RefusalKind::Unauthorized | RefusalKind::BadSignature => Problem::Unauthorized,
+            RefusalKind::Forbidden => Problem::Forbidden,
             RefusalKind::IncompleteBody
             | RefusalKind::UnknownEnvironment
-            | RefusalKind::MalformedJson => StatusCode::BAD_REQUEST,
+            | RefusalKind::MalformedJson => Problem::BadRequest,
         };
         ApiError::new(
-            status,
+            problem,
             refusal.kind.code(),
             refusal.sentence(delivery.as_str()),
         )
@@ -209,6 +273,7 @@ impl From<GateError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let status = self.status();
         let body = ErrorBody {
             error: ErrorDetail {
                 code: self.code,
@@ -216,6 +281,6 @@ impl IntoResponse for ApiError {
                 correlation_id: self.correlation_id,
             },
         };
-        (self.status, axum::Json(body)).into_response()
+        (status, axum::Json(body)).into_response()
     }
 }

@@ -9,6 +9,7 @@ use time::OffsetDateTime;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{input:?} is neither a duration back from now (like 90s, 15m, 2h, 7d) nor an RFC 3339 instant (like 2024-05-03T09:00:00Z)")]
 pub struct InstantError {
+    /// The text that could not be read.
     pub input: String,
 }
 

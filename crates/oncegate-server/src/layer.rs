@@ -59,7 +59,7 @@ use oncegate::{Gate, Held, Outcome, Reception, Refusal, RefusalKind, MAX_RESULT_
 use oncegate_core::ids::{DeliveryId, EffectId};
 use tower::ServiceExt;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, Problem};
 use crate::ingest;
 use crate::secrets::ProviderSecrets;
 use crate::signature::SignatureError;
@@ -288,7 +288,12 @@ where
             let failed = held
                 .fail(true, "the handler's answer could not be read")
                 .await;
-            return recorded(failed, StatusCode::INTERNAL_SERVER_ERROR.into_response());
+            let answer = ApiError::new(
+                Problem::Internal,
+                "handler_failed",
+                "The handler's answer could not be read; the effect was failed retryably.",
+            );
+            return recorded(failed, answer.into_response());
         }
     };
     let status = parts.status;
@@ -325,7 +330,7 @@ fn recorded(outcome: Result<(), oncegate::GateError>, response: Response) -> Res
         Err(e) => {
             tracing::warn!(error = %e, "a handler's outcome could not be recorded");
             match ApiError::from(e) {
-                a if a.status == StatusCode::SERVICE_UNAVAILABLE => a.into_response(),
+                a if a.problem == Problem::Unavailable => a.into_response(),
                 _ => ApiError::store_unavailable().into_response(),
             }
         }

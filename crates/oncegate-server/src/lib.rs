@@ -28,6 +28,8 @@
 //! config (the contract, the store, the salt, tokens, provider secrets, the clock), so tests and
 //! the CLI drive the very same code.
 
+#![warn(missing_docs)]
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -68,7 +70,9 @@ pub use signature::{sign_hmac, sign_standard_webhooks, SignatureError};
 /// environment; tests build it directly).
 #[derive(Clone)]
 pub struct ServiceConfig {
+    /// The contract deliveries are identified with.
     pub contract: Arc<Contract>,
+    /// The store they are journaled and decided in.
     pub store: Arc<dyn Store>,
     /// The key salt for sensitive fields (HMAC-SHA-256). The reservation-token key is derived
     /// from it too, so a restarted instance (or a sibling sharing the salt) accepts the tokens
@@ -112,6 +116,7 @@ pub struct ServiceConfig {
     /// The reconciler worker `serve` runs (woken when an item is queued, polling every 30 s by
     /// default) and its authority policy.
     pub reconciler: ReconcilerSettings,
+    /// Where the time is read.
     pub clock: Clock,
 }
 

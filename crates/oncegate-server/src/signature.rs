@@ -23,6 +23,7 @@ type HmacSha256 = Hmac<Sha256>;
 /// rejection; it names headers, never a header's value, the secret or the expected MAC, because
 /// it is journaled with the delivery and logged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs)] // each variant's message says what its fields hold
 pub enum SignatureError {
     /// The provider declares a scheme but none of its secrets is configured, so only bearer
     /// tokens can authenticate its deliveries.

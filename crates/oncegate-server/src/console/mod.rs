@@ -156,8 +156,8 @@ impl From<oncegate_store::StoreError> for PageError {
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         let e = self.0;
-        let mut r = html(layout::error_page(e.status, &e.message));
-        *r.status_mut() = e.status;
+        let mut r = html(layout::error_page(e.status(), &e.message));
+        *r.status_mut() = e.status();
         r
     }
 }

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::layout::{self, Nav};
 use super::session::Session;
 use super::{check_csrf, from_htmx, html, see_other, ConsoleForm, ConsoleQuery, PageError, Signed};
-use crate::error::ApiError;
+use crate::error::{ApiError, Problem};
 use crate::routes::queue::{item_body, resolve_item};
 use crate::state::AppState;
 use crate::wire::{QueueItemBody, ResolveRequest};
@@ -284,7 +284,7 @@ pub(crate) async fn resolve(
         (Ok(_), false) => Ok(see_other("/console/queue")),
         // htmx swaps only successful answers: a refusal comes back as the item with the
         // reason, so the operator sees it where they typed.
-        (Err(e), true) if e.status.is_client_error() && e.status.as_u16() != 404 => {
+        (Err(e), true) if e.status().is_client_error() && e.problem != Problem::NotFound => {
             let item = open_item(&state, &s, &raw_id).await?;
             Ok(html(item_card(&item, &s, Some(&e.message))))
         }

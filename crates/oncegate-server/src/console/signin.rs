@@ -1,14 +1,14 @@
 //! Signing in to the console with an operator or admin token, and signing out.
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::session::{self, SessionKey, SignInError};
 use super::{check_csrf, html, layout, see_other, ConsoleForm, PageError, Signed};
-use crate::error::ApiError;
+use crate::error::{ApiError, Problem};
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -93,9 +93,10 @@ pub(crate) async fn submit(
         }
         Err(e) => {
             let status = match e {
-                SignInError::UnknownToken => StatusCode::UNAUTHORIZED,
-                SignInError::IngestRole => StatusCode::FORBIDDEN,
-            };
+                SignInError::UnknownToken => Problem::Unauthorized,
+                SignInError::IngestRole => Problem::Forbidden,
+            }
+            .status();
             let mut r = html(form_markup(Some(&e.to_string())));
             *r.status_mut() = status;
             r

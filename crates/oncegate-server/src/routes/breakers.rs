@@ -2,7 +2,7 @@
 //! and the operator's way to close one, with a note. Nothing else closes a breaker.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::Json;
 use oncegate_store::{Breaker, BreakerScope, StoreError, TenantFilter};
 use serde::{Deserialize, Serialize};
@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 
 use super::ApiJson;
 use crate::auth::{Caller, Role};
-use crate::error::ApiError;
+use crate::error::{ApiError, Problem};
 use crate::state::AppState;
 
 #[derive(Debug, Serialize)]
@@ -140,7 +140,7 @@ pub(crate) async fn close_breaker(
         Ok(b) => b,
         Err(StoreError::Conflict(_)) => {
             return Err(ApiError::new(
-                StatusCode::CONFLICT,
+                Problem::Conflict,
                 "not_open",
                 format!("The breaker of {scope} is not open."),
             ))

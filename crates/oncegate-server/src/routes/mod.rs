@@ -3,7 +3,6 @@
 
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
-use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -11,7 +10,7 @@ use axum::Router;
 use serde::de::DeserializeOwned;
 
 use crate::deadline::{self, DeadlineBody};
-use crate::error::ApiError;
+use crate::error::{ApiError, Problem};
 use crate::ingest;
 use crate::state::AppState;
 
@@ -61,7 +60,7 @@ async fn not_found() -> ApiError {
 
 async fn method_not_allowed() -> ApiError {
     ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
+        Problem::MethodNotAllowed,
         "method_not_allowed",
         "This route does not accept this method.",
     )
@@ -98,13 +97,15 @@ where
                 if let Some(late) = deadline::timed_out(&e) {
                     return ApiError::body_timeout(late);
                 }
-                let status = e.status();
-                let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                    "too_large"
+                if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::new(
+                        Problem::TooLarge,
+                        "too_large",
+                        "The request body is over the limit.",
+                    )
                 } else {
-                    "invalid_request"
-                };
-                ApiError::new(status, code, "The request body could not be read.")
+                    ApiError::bad_request("invalid_request", "The request body could not be read.")
+                }
             })?;
         serde_json::from_slice(&bytes).map(ApiJson).map_err(|e| {
             ApiError::bad_request(

@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 
 use super::ApiQuery;
 use crate::auth::{Caller, Role};
-use crate::error::ApiError;
+use crate::error::{ApiError, Problem};
 use crate::state::AppState;
 use crate::wire::{
     self, DecisionBody, EffectBody, LinkBody, ProofBody, ResolutionBody, SkippedBody, StrategyBody,
@@ -94,7 +94,7 @@ pub(crate) async fn build(
     }
     let proof = state.store.proof(&id).await?.ok_or_else(|| {
         ApiError::new(
-            axum::http::StatusCode::NOT_FOUND,
+            Problem::NotFound,
             "not_decided",
             format!("Delivery {id} was journaled but has no recorded decision yet."),
         )

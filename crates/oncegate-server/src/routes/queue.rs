@@ -4,7 +4,7 @@
 //! its `queue_item_id` (`q_…`) or its `delivery_id` (`dlv_…`).
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::Json;
 use oncegate_core::ids::DeliveryId;
 use oncegate_store::{
@@ -16,7 +16,7 @@ use time::OffsetDateTime;
 use super::proof::resolution_body;
 use super::{ApiJson, ApiQuery};
 use crate::auth::{Caller, Role};
-use crate::error::ApiError;
+use crate::error::{ApiError, Problem};
 use crate::instant::parse_instant;
 use crate::state::AppState;
 use crate::wire::{
@@ -151,7 +151,7 @@ pub(crate) async fn list(
 
 fn already_resolved(item: &QueueItem) -> ApiError {
     ApiError::new(
-        StatusCode::CONFLICT,
+        Problem::Conflict,
         "already_resolved",
         format!(
             "Queue item {} (delivery {}) is already resolved{}.",
@@ -178,7 +178,7 @@ async fn not_queued(
     let missing = || ApiError::not_found(format!("No delivery {id} exists."));
     Ok(match state.store.proof(id).await? {
         Some(p) if caller_sees(&p.tenant) => ApiError::new(
-            StatusCode::NOT_FOUND,
+            Problem::NotFound,
             "not_queued",
             format!(
                 "Delivery {id} was decided `{}`; it is not in the queue.",
@@ -188,7 +188,7 @@ async fn not_queued(
         Some(_) => missing(),
         None => match state.store.delivery(id).await? {
             Some(d) if caller_sees(&d.tenant) => ApiError::new(
-                StatusCode::NOT_FOUND,
+                Problem::NotFound,
                 "not_queued",
                 format!("Delivery {id} has no recorded decision, so nothing to resolve."),
             ),
@@ -253,7 +253,7 @@ pub(crate) async fn resolve_item(
                 DeliveryItems::Ambiguous(ids) => {
                     let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
                     return Err(ApiError::new(
-                        StatusCode::CONFLICT,
+                        Problem::Conflict,
                         "ambiguous",
                         format!(
                             "Delivery {id} has {} open queue items ({}); resolve one by its queue_item_id.",
@@ -291,7 +291,7 @@ pub(crate) async fn resolve_item(
             Some(now) if now.resolution.is_some() => return Err(already_resolved(&now)),
             _ => {
                 return Err(ApiError::new(
-                    StatusCode::CONFLICT,
+                    Problem::Conflict,
                     "conflict",
                     format!(
                         "Queue item {} could not be resolved as {}: its effect changed meanwhile, or the reconciler cannot release an effect whose outcome is unknown.",
