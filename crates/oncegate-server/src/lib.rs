@@ -48,6 +48,7 @@ mod ingest;
 mod instant;
 mod logging;
 mod metrics;
+mod openapi;
 mod purge;
 mod reconciler;
 pub mod replay;

@@ -20,7 +20,7 @@ use time::OffsetDateTime;
 use crate::state::{to_time, AppState};
 
 /// What one shadow strategy would have decided for a delivery.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub(crate) struct ShadowBody {
     /// `name@version`.
     pub strategy: String,
