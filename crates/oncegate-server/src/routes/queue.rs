@@ -118,6 +118,7 @@ fn filter_of(
         created_before: instant("older_than", &q.older_than)?,
         created_since: instant("newer_than", &q.newer_than)?,
         after,
+        before: None,
     })
 }
 
