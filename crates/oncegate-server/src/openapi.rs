@@ -4,7 +4,9 @@
 //!
 //! What every route shares is added here rather than repeated on each handler: `503`
 //! (`store_unavailable`, `timeout`) on every operation, `500 internal` on every operation that
-//! reads the store, and `408 body_timeout` / `413 too_large` on every operation with a body.
+//! reads the store, `401 unauthorized` on every operation a bearer token opens, and
+//! `408 body_timeout` / `413 too_large` on every operation with a body. A handler's own
+//! description of one of these statuses is kept.
 
 use std::sync::LazyLock;
 
@@ -99,10 +101,21 @@ impl Modify for Shared {
 fn add_shared_answers(op: &mut Operation) {
     let reads_store = op.operation_id.as_deref() != Some(DOCUMENT_OPERATION);
     let has_body = op.request_body.is_some();
+    let bearer = op
+        .security
+        .iter()
+        .flatten()
+        .any(|s| serde_json::to_value(s).is_ok_and(|v| v.get("bearer").is_some()));
     let mut shared = vec![(
         "503",
         "`store_unavailable` (the store does not answer) or `timeout` (the request took longer than the service allows): retry later.",
     )];
+    if bearer {
+        shared.push((
+            "401",
+            "`unauthorized`: no bearer token, or one that is not valid.",
+        ));
+    }
     if reads_store {
         shared.push((
             "500",
@@ -238,6 +251,9 @@ mod tests {
                 let answers = json.as_object().unwrap();
                 assert!(answers.contains_key("200"), "{path} ({id})");
                 assert!(answers.contains_key("503"), "{path} ({id})");
+                if id != "openapi_json" {
+                    assert!(answers.contains_key("401"), "{path} ({id}) answers no 401");
+                }
                 for (status, answer) in answers {
                     if status != "200" {
                         assert_eq!(

@@ -89,7 +89,6 @@ pub(crate) fn body(b: &Breaker) -> BreakerBody {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Every breaker that ever counted a match.", body = BreakerListBody),
-        (status = 401, description = "`unauthorized`: no or an unknown bearer token.", body = ErrorBody),
         (status = 403, description = "`forbidden`: the token's role is not `operator` or `admin`.", body = ErrorBody),
     )
 )]
@@ -121,7 +120,6 @@ pub(crate) async fn list(
     responses(
         (status = 200, description = "The closed breaker.", body = BreakerBody),
         (status = 400, description = "`invalid_request`: the body, or no note.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no or an unknown bearer token.", body = ErrorBody),
         (status = 403, description = "`forbidden`: the role is not `operator` or `admin`, or the token does not see every tenant.", body = ErrorBody),
         (status = 404, description = "`not_found`: this breaker never opened.", body = ErrorBody),
         (status = 409, description = "`not_open`: the breaker is not open.", body = ErrorBody),

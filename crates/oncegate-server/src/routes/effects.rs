@@ -58,7 +58,6 @@ async fn holder(
     responses(
         (status = 200, description = "The effect is completed.", body = EffectOutcomeBody),
         (status = 400, description = "`invalid_request` (the body or the token), `result_too_large`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no or an unknown bearer token.", body = ErrorBody),
         (status = 403, description = "`forbidden`: the token's role is not `ingest` or `admin`.", body = ErrorBody),
         (status = 404, description = "`not_found`: no such effect for this token's tenants.", body = ErrorBody),
         (status = 409, description = "`stale_token` (a newer reservation holds it), `lease_lost`.", body = ErrorBody),
@@ -106,7 +105,6 @@ pub(crate) async fn complete(
     responses(
         (status = 200, description = "The effect is failed.", body = EffectOutcomeBody),
         (status = 400, description = "`invalid_request` (the body or the token), `error_too_large`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no or an unknown bearer token.", body = ErrorBody),
         (status = 403, description = "`forbidden`: the token's role is not `ingest` or `admin`.", body = ErrorBody),
         (status = 404, description = "`not_found`: no such effect for this token's tenants.", body = ErrorBody),
         (status = 409, description = "`stale_token` (a newer reservation holds it), `lease_lost`.", body = ErrorBody),
@@ -162,7 +160,6 @@ pub(crate) async fn fail(
     responses(
         (status = 200, description = "The lease now runs until `lease_expires_at`.", body = HeartbeatBody),
         (status = 400, description = "`invalid_request`: the body or the token.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no or an unknown bearer token.", body = ErrorBody),
         (status = 403, description = "`forbidden`: the token's role is not `ingest` or `admin`.", body = ErrorBody),
         (status = 404, description = "`not_found`: no such effect for this token's tenants.", body = ErrorBody),
         (status = 409, description = "`stale_token` (a newer reservation holds it), `lease_lost`.", body = ErrorBody),

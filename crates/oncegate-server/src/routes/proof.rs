@@ -68,7 +68,6 @@ pub(crate) fn resolution_body(r: &ResolutionRecord) -> ResolutionBody {
     responses(
         (status = 200, description = "The proof.", body = ProofBody),
         (status = 400, description = "`invalid_request`: the query string.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no or an unknown bearer token.", body = ErrorBody),
         (status = 403, description = "`forbidden`: the role is not `operator` or `admin`, or the payload was asked without `admin`.", body = ErrorBody),
         (status = 404, description = "`not_found` (no such delivery for this token's tenants), `not_decided` (journaled, no decision yet).", body = ErrorBody),
     )

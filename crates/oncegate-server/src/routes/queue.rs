@@ -133,7 +133,6 @@ fn filter_of(
     responses(
         (status = 200, description = "A page of items, the cursor of the next page and the counts.", body = QueueListBody),
         (status = 400, description = "`invalid_request`, naming the parameter.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no or an unknown bearer token.", body = ErrorBody),
         (status = 403, description = "`forbidden`: the token's role is not `operator` or `admin`.", body = ErrorBody),
     )
 )]
@@ -226,7 +225,6 @@ async fn not_queued(
     responses(
         (status = 200, description = "The resolved item.", body = QueueItemBody),
         (status = 400, description = "`invalid_request`: the body or the outcome.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no or an unknown bearer token.", body = ErrorBody),
         (status = 403, description = "`forbidden`: the token's role is not `operator` or `admin`.", body = ErrorBody),
         (status = 404, description = "`not_found` (no such item or delivery for this token's tenants), `not_queued`.", body = ErrorBody),
         (status = 409, description = "`already_resolved`, `ambiguous` (several open items: name one), `conflict`.", body = ErrorBody),

@@ -41,7 +41,6 @@ pub(crate) struct ReplayBody {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The replay's decision: `ignore` found through the proof, or `reconcile`.", body = ReplayBody),
-        (status = 401, description = "`unauthorized`: no or an unknown bearer token.", body = ErrorBody),
         (status = 403, description = "`forbidden`: the token's role is not `operator` or `admin`.", body = ErrorBody),
         (status = 404, description = "`not_found`: no such delivery for this token's tenants.", body = ErrorBody),
         (status = 409, description = "`conflict`: the replay conflicts with what is recorded.", body = ErrorBody),

@@ -58,7 +58,6 @@ fn row(
     responses(
         (status = 200, description = "The rows and their total.", body = ReportBody),
         (status = 400, description = "`invalid_request`: `since` is not RFC 3339.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no or an unknown bearer token.", body = ErrorBody),
         (status = 403, description = "`forbidden`: the token's role is not `operator` or `admin`.", body = ErrorBody),
         (status = 404, description = "`not_found`: the tenant is not visible to this token.", body = ErrorBody),
     )

@@ -25,7 +25,6 @@ const MAX_CLAIM: u32 = 100;
     responses(
         (status = 200, description = "The claimed effects (none when nothing is released).", body = ClaimListBody),
         (status = 400, description = "`invalid_request`: the body, or `lease_seconds` of 0.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`: no or an unknown bearer token.", body = ErrorBody),
         (status = 403, description = "`forbidden`: the token's role is not `ingest` or `admin`.", body = ErrorBody),
     )
 )]
