@@ -94,6 +94,26 @@ pub(crate) fn reception(
     r
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/deliveries/{tenant}/{provider}/{env}",
+    operation_id = "post_delivery",
+    tag = "deliveries",
+    description = "Decides one delivery: the raw body exactly as the provider sent it, with its headers. Every reception is journaled first, refused ones too.",
+    params(
+        ("tenant" = String, Path, min_length = 1, description = "The tenant the delivery is for."),
+        ("provider" = String, Path, min_length = 1, description = "The provider, as the contract names it."),
+        ("env" = String, Path, min_length = 1, description = "The provider's environment (`live`, `test`…)."),
+    ),
+    request_body(content = serde_json::Value, content_type = "application/json", description = "The provider's body, byte for byte (the signature covers these bytes)."),
+    security(("bearer" = []), ("provider_signature" = [])),
+    responses(
+        (status = 200, description = "The decision: `process` (with the reservation), `ignore`, `quarantine` or `reconcile`.", body = DecisionBody),
+        (status = 400, description = "`malformed_json`, `bad_path`, `unknown_environment`, `incomplete_body`.", body = crate::wire::ErrorBody),
+        (status = 401, description = "`bad_signature`, `unauthorized`.", body = crate::wire::ErrorBody),
+        (status = 403, description = "`forbidden`: the token's role cannot post deliveries.", body = crate::wire::ErrorBody),
+    )
+)]
 pub(crate) async fn post_delivery(
     State(state): State<AppState>,
     path: Result<Path<(String, String, String)>, PathRejection>,

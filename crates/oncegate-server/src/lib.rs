@@ -12,16 +12,24 @@
 //! | `POST /v1/deliveries/{tenant}/{provider}/{env}` | provider signature, or bearer `ingest`/`admin` | 200 decision; 400 malformed; 401 bad signature/token; 403 role; 408 body too slow; 413 too large; 503 store down or timeout |
 //! | `POST /v1/effects/{effect_id}/complete` · `/fail` · `/heartbeat` | bearer `ingest`/`admin` + reservation token | 200; 400 invalid token or body; 404 unknown/other tenant; 409 stale token or lost lease |
 //! | `GET /v1/deliveries/{delivery_id}[?payload=true]` | bearer `operator`/`admin` (payload: `admin`) | 200 proof; 403; 404 |
-//! | `GET /v1/queue?kind=&status=` | bearer `operator`/`admin` | 200 `{items}`; 400 |
-//! | `POST /v1/queue/{delivery_id}/resolve` | bearer `operator`/`admin` | 200 item; 400; 404 not queued/other tenant; 409 already resolved |
+//! | `GET /v1/queue?kind=&status=&provider=&type=&older_than=&newer_than=&limit=&after=` | bearer `operator`/`admin` | 200 `{items, next, counts}`; 400 naming the parameter |
+//! | `POST /v1/queue/{queue_item_id or delivery_id}/resolve` | bearer `operator`/`admin` | 200 item; 400; 404 not queued/other tenant; 409 already resolved/ambiguous/conflict |
 //! | `POST /v1/work/claim` | bearer `ingest`/`admin` | 200 `{items}`; 400 |
 //! | `GET /v1/report?since=&tenant=` | bearer `operator`/`admin` | 200 `{rows, total}`; 400; 404 other tenant |
 //! | `POST /v1/deliveries/{delivery_id}/replay` | bearer `operator`/`admin` | 200 the replay's decision (`ignore` found through the proof, or `reconcile`); 404 unknown/other tenant |
 //! | `GET /v1/breakers` | bearer `operator`/`admin` | 200 `{breakers}` |
 //! | `POST /v1/breakers/close` | bearer `operator`/`admin` for all tenants | 200 breaker; 400 no note; 403 tenant-restricted; 404 never opened; 409 not open |
+//! | `GET /v1/openapi.json` | anyone | 200 the OpenAPI 3.1 document of every `/v1` route |
 //! | `GET /metrics` | open, or bearer `operator`/`admin` | 200 Prometheus text |
 //! | `GET /console…` · `POST /console…` | a console session (signed in with an `operator`/`admin` token) | HTML pages; 303 to sign in; 403 CSRF; 404 other tenant |
 //! | `GET /healthz` · `GET /readyz` | anyone | 200; `/readyz` 503 when the store does not answer |
+//!
+//! Every route above may also answer `503` (`store_unavailable`, `timeout`), and `500 internal`
+//! (with a `correlation_id`) when the store refuses a statement for good.
+//!
+//! The `/v1` routes are one table (`routes::v1`) the router is built from; the OpenAPI document
+//! at `/v1/openapi.json` is derived from the same handlers and their wire types, and a test
+//! compares the two both ways.
 //!
 //! Every error is `{"error":{"code","message"}}`; a request body that does not arrive within
 //! `body_timeout` is answered `408 body_timeout` (a delivery's is journaled as refused). Everything the service needs comes in through the
@@ -47,6 +55,7 @@ mod ingest;
 mod instant;
 pub mod layer;
 mod logging;
+mod openapi;
 mod reservation;
 mod routes;
 mod secrets;

@@ -9,14 +9,15 @@ use oncegate_store::{EffectState, StrategyRef};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
+use utoipa::{IntoParams, ToSchema};
 
 /// `{"error": {"code", "message"}}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ErrorBody {
     pub error: ErrorDetail,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ErrorDetail {
     pub code: &'static str,
     pub message: String,
@@ -25,7 +26,7 @@ pub(crate) struct ErrorDetail {
     pub correlation_id: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct StrategyBody {
     pub name: String,
     pub version: u32,
@@ -44,11 +45,12 @@ impl StrategyBody {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct EffectBody {
     pub id: String,
     /// `in_progress` | `completed` | `failed` | `unknown`.
     pub state: &'static str,
+    #[schema(value_type = Option<serde_json::Value>)]
     pub result: Option<Box<RawValue>>,
     /// Extra: the store's own state name (`reserved`, `released`, `failed_retryable`, …), when
     /// it was read; the contract's four states fold some of them together.
@@ -56,26 +58,29 @@ pub(crate) struct EffectBody {
     pub stored_state: Option<&'static str>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct ReservationBody {
     pub token: String,
     pub fencing: u64,
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub lease_expires_at: OffsetDateTime,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct DifferenceBody {
     /// A JSON Pointer.
     pub field: String,
     /// The existing effect's value (canonical form; a keyed hash when sensitive); null when absent.
+    #[schema(value_type = Option<serde_json::Value>)]
     pub reference: Option<Box<RawValue>>,
     /// This delivery's value, likewise.
+    #[schema(value_type = Option<serde_json::Value>)]
     pub this: Option<Box<RawValue>>,
 }
 
 /// The answer to a delivery post, and the head of a proof.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct DecisionBody {
     pub delivery_id: String,
     pub action: &'static str,
@@ -101,41 +106,45 @@ pub(crate) struct DecisionBody {
     pub shadow: Vec<oncegate::details::ShadowVerdict>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub(crate) struct SkippedBody {
     pub name: String,
     pub version: u32,
     pub why: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct LinkBody {
     pub delivery_id: String,
     /// `reserved`, `transport`, `effect`, `resolved_duplicate`, `resolved_distinct`, `claimed`.
     pub kind: &'static str,
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub at: OffsetDateTime,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct ResolutionBody {
     pub outcome: &'static str,
     pub authoritative_ref: Option<String>,
     pub note: String,
     pub by: String,
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub at: OffsetDateTime,
     pub effect_id: Option<String>,
 }
 
 /// `GET /v1/deliveries/{delivery_id}`: the decision plus where it came from and why.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ProofBody {
     #[serde(flatten)]
     pub decision: DecisionBody,
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub received_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub decided_at: OffsetDateTime,
     pub tenant: String,
     pub provider: String,
@@ -151,54 +160,75 @@ pub(crate) struct ProofBody {
     pub resolution: Option<ResolutionBody>,
     /// The decision matrix version the decision was made under (the row is `rule`).
     pub rule_version: u32,
-    /// Extra: the key's scope in words, the fields used (masked when sensitive) and notes.
+    /// Extra: the key's scope in words, the fields used (masked when sensitive) and notes: a
+    /// free JSON object (null only when the stored details cannot be read).
+    #[schema(value_type = Option<Object>)]
     pub details: serde_json::Value,
     /// Only with `?payload=true` and an admin token; the body exactly as received when it is
     /// JSON, else null (and `payload_base64` holds it).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<serde_json::Value>)]
     pub payload: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payload_base64: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `POST /v1/effects/{effect_id}/complete`.
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct CompleteRequest {
+    /// The reservation token handed with `process` (or a claim).
     pub token: String,
+    /// The effect's result: references (transaction, resource, rule version), under 16 KiB.
+    #[serde(default)]
+    #[schema(value_type = Option<serde_json::Value>)]
     pub result: Option<Box<RawValue>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `POST /v1/effects/{effect_id}/fail`.
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct FailRequest {
+    /// The reservation token handed with `process` (or a claim).
     pub token: String,
+    /// Whether a later claim may run the effect again.
     pub retryable: bool,
+    /// Why it failed: a string or any JSON, under 16 KiB.
+    #[serde(default)]
     pub error: Option<serde_json::Value>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `POST /v1/effects/{effect_id}/heartbeat`.
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct HeartbeatRequest {
+    /// The reservation token handed with `process` (or a claim).
     pub token: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct EffectOutcomeBody {
     pub effect_id: String,
     pub state: &'static str,
     pub fencing: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct HeartbeatBody {
     pub effect_id: String,
     pub fencing: u64,
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub lease_expires_at: OffsetDateTime,
 }
 
-#[derive(Debug, Deserialize)]
+/// The query string of `GET /v1/queue`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct QueueQuery {
+    /// `quarantine`, `reconcile` or `all` (the default).
     pub kind: Option<String>,
+    /// `open` (the default), `resolved` or `all`.
     pub status: Option<String>,
     pub provider: Option<String>,
+    /// Items per page: 100 unless given, clamped to 1..=1000.
     pub limit: Option<u32>,
     /// The delivery's event type.
     #[serde(rename = "type")]
@@ -211,13 +241,14 @@ pub(crate) struct QueueQuery {
     pub after: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct QueueItemBody {
     pub delivery_id: String,
     pub kind: &'static str,
     pub effect_key: Option<String>,
     pub reference_delivery_id: Option<String>,
     pub differences: Vec<DifferenceBody>,
+    #[schema(value_type = Option<serde_json::Value>)]
     pub existing_result: Option<Box<RawValue>>,
     /// `distinct`, `duplicate` or `verify` (ask the authority, else a person).
     pub proposed_action: &'static str,
@@ -234,16 +265,19 @@ pub(crate) struct QueueItemBody {
     pub resolution: Option<ResolutionBody>,
     /// The reconciler's last attempt on the item, and why it left the item open.
     #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub last_attempt_at: Option<OffsetDateTime>,
     pub last_error: Option<String>,
     pub reconcile_attempts: u64,
     /// What the authority answered (sensitive values masked): at the last attempt, and the
     /// evidence a reconciler resolution rests on.
+    #[schema(value_type = Option<serde_json::Value>)]
     pub last_evidence: Option<Box<RawValue>>,
+    #[schema(value_type = Option<serde_json::Value>)]
     pub resolution_evidence: Option<Box<RawValue>>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct QueueListBody {
     pub items: Vec<QueueItemBody>,
     /// Pass as `after` for the next page; `null` on the last one.
@@ -252,39 +286,54 @@ pub(crate) struct QueueListBody {
     pub counts: QueueCountsBody,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct QueueCountsBody {
     pub quarantine: StatusCountsBody,
     pub reconcile: StatusCountsBody,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct StatusCountsBody {
     pub open: u64,
     pub resolved: u64,
 }
 
-#[derive(Debug, Deserialize)]
+/// `POST /v1/queue/{id}/resolve`.
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct ResolveRequest {
+    /// `distinct` (a new effect) or `duplicate` (the existing effect).
     pub outcome: String,
+    /// The provider's own reference for the operation, when known.
+    #[serde(default)]
     pub authoritative_ref: Option<String>,
+    /// What was checked.
+    #[serde(default)]
     pub note: Option<String>,
+    /// Who resolved it (default: the token's label).
+    #[serde(default)]
     pub by: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `POST /v1/work/claim`.
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct ClaimRequest {
+    /// Effects to claim: 1 unless given, clamped to 1..=100.
+    #[serde(default)]
     pub limit: Option<u32>,
+    /// The lease of each claim (at least 1, at most a day; default: the contract's lease).
+    #[serde(default)]
     pub lease_seconds: Option<u64>,
     /// Extra: a name for the worker, recorded as the effect's holder.
+    #[serde(default)]
     pub worker: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ClaimItemBody {
     pub effect_id: String,
     pub delivery_id: String,
     pub event_type: Option<String>,
+    #[schema(value_type = Option<serde_json::Value>)]
     pub payload: Option<Box<RawValue>>,
     pub reservation: ReservationBody,
     /// Extras.
@@ -295,18 +344,22 @@ pub(crate) struct ClaimItemBody {
     pub authoritative_ref: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ClaimListBody {
     pub items: Vec<ClaimItemBody>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The query string of `GET /v1/report`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ReportQuery {
+    /// Count receptions from this RFC 3339 instant (default: all).
     pub since: Option<String>,
+    /// Only this tenant (one the token sees).
     pub tenant: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ReportRowBody {
     pub tenant: String,
     pub provider: String,
@@ -333,9 +386,10 @@ pub(crate) struct ReportRowBody {
     pub shadow_disagreements: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ReportBody {
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub since: OffsetDateTime,
     pub rows: Vec<ReportRowBody>,
     /// Extra: the sum of the rows (`tenant` is `*` when the rows span several tenants).

@@ -1122,10 +1122,44 @@ pub(crate) async fn queue_list<T: Tx + Send>(
             " AND q.created_at >= {c} AND (q.created_at > {c} OR q.id > {i})"
         ));
     }
+    if let Some(before) = &f.before {
+        let c = q.bind(int(ms(before.created_at)));
+        let i = q.bind(text(before.id.as_str()));
+        q.push(&format!(
+            " AND q.created_at <= {c} AND (q.created_at < {c} OR q.id < {i})"
+        ));
+    }
+    // Paging backwards reads the items nearest the cursor first, then lists them oldest first.
+    let backwards = f.before.is_some() && f.after.is_none();
+    let order = if backwards {
+        "q.created_at DESC, q.id DESC"
+    } else {
+        "q.created_at, q.id"
+    };
     let p = q.bind(int(i64::from(f.limit)));
-    q.push(&format!(" ORDER BY q.created_at, q.id LIMIT {p}"));
+    q.push(&format!(" ORDER BY {order} LIMIT {p}"));
     let rows = tx.query(&q.sql, &q.params).await?;
-    rows.iter().map(queue_from).collect()
+    let mut items = rows.iter().map(queue_from).collect::<Result<Vec<_>>>()?;
+    if backwards {
+        items.reverse();
+    }
+    Ok(items)
+}
+
+/// Whether the listing holds any item after `after` (or before `before`).
+async fn queue_has<T: Tx + Send>(
+    tx: &mut T,
+    f: &QueueFilter,
+    after: Option<QueueCursor>,
+    before: Option<QueueCursor>,
+) -> Result<bool> {
+    let probe = QueueFilter {
+        after,
+        before,
+        limit: 1,
+        ..f.clone()
+    };
+    Ok(!queue_list(tx, &probe).await?.is_empty())
 }
 
 /// Items per kind and status under the filter's tenant, provider, type, delivery and age.
@@ -1154,21 +1188,50 @@ pub(crate) async fn queue_counts<T: Tx + Send>(tx: &mut T, f: &QueueFilter) -> R
 }
 
 /// One page and the counts, in the caller's (one) transaction. One row more than the page
-/// is read to know whether another page follows.
+/// is read to know whether another page follows in the reading direction; the other side is
+/// probed for one item when a cursor was given.
 pub(crate) async fn queue_page<T: Tx + Send>(tx: &mut T, f: &QueueFilter) -> Result<QueuePage> {
     let mut probe = f.clone();
     probe.limit = f.limit.saturating_add(1);
     let mut items = queue_list(tx, &probe).await?;
-    let next = if items.len() > f.limit as usize {
-        items.truncate(f.limit as usize);
-        items.last().map(QueueCursor::after)
+    let more = items.len() > f.limit as usize;
+    let backwards = f.before.is_some() && f.after.is_none();
+    let (next, previous) = if backwards {
+        if more {
+            items.remove(0);
+        }
+        let previous = if more {
+            items.first().map(QueueCursor::after)
+        } else {
+            None
+        };
+        let next = match items.last() {
+            Some(last) => queue_has(tx, f, Some(QueueCursor::after(last)), None)
+                .await?
+                .then(|| QueueCursor::after(last)),
+            None => None,
+        };
+        (next, previous)
     } else {
-        None
+        items.truncate(f.limit as usize);
+        let next = if more {
+            items.last().map(QueueCursor::after)
+        } else {
+            None
+        };
+        let previous = match (&f.after, items.first()) {
+            (Some(_), Some(first)) => queue_has(tx, f, None, Some(QueueCursor::after(first)))
+                .await?
+                .then(|| QueueCursor::after(first)),
+            _ => None,
+        };
+        (next, previous)
     };
     let counts = queue_counts(tx, f).await?;
     Ok(QueuePage {
         items,
         next,
+        previous,
         counts,
     })
 }

@@ -201,6 +201,9 @@ pub struct QueueFilter {
     pub created_since: Option<OffsetDateTime>,
     /// Only the items after this one in the listing's order (the previous page's `next`).
     pub after: Option<QueueCursor>,
+    /// Only the items before this one in the listing's order (the next page's `previous`):
+    /// the last `limit` of them, still listed oldest first.
+    pub before: Option<QueueCursor>,
 }
 
 impl Default for QueueFilter {
@@ -216,12 +219,15 @@ impl Default for QueueFilter {
             created_before: None,
             created_since: None,
             after: None,
+            before: None,
         }
     }
 }
 
-/// Where a page of the queue ends: the last item's `(created_at, id)`. Its text form is
-/// opaque to callers (they only hand it back), and parsing refuses anything not made here.
+/// A position in the queue's listing order: an item's `(created_at, id)`, where a page ends
+/// (`next`, passed back as `after`) or begins (`previous`, passed back as `before`). Its text
+/// form is opaque to callers (they only hand it back), and parsing refuses anything not made
+/// here.
 ///
 /// ```
 /// use oncegate_store::queue::QueueCursor;
@@ -243,7 +249,8 @@ pub struct QueueCursor {
 }
 
 impl QueueCursor {
-    /// The cursor just after `item`.
+    /// The position of `item`: as `after`, the items following it; as `before`, the items
+    /// preceding it.
     pub fn after(item: &QueueItem) -> QueueCursor {
         QueueCursor {
             created_at: item.created_at,
@@ -313,8 +320,10 @@ impl QueueCounts {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuePage {
     pub items: Vec<QueueItem>,
-    /// Where the next page starts; `None` on the last page.
+    /// Where the next page starts (pass as `after`); `None` on the last page.
     pub next: Option<QueueCursor>,
+    /// Where the previous page ends (pass as `before`); `None` on the first page.
+    pub previous: Option<QueueCursor>,
     pub counts: QueueCounts,
 }
 

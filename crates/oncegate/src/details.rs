@@ -138,6 +138,7 @@ pub struct UsedField {
 
 /// What one shadow strategy would have decided for a delivery.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ShadowVerdict {
     /// `name@version`.
     pub strategy: String,

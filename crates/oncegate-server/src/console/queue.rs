@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use maud::{html, Markup};
-use oncegate_store::{QueueFilter, QueueItem, QueueKind, QueueStatus};
+use oncegate_store::{QueueCounts, QueueCursor, QueueFilter, QueueKind, QueueStatus};
 use serde::Deserialize;
 
 use super::layout::{self, Nav};
@@ -18,12 +18,9 @@ use crate::routes::queue::{item_body, resolve_item};
 use crate::state::AppState;
 use crate::wire::{QueueItemBody, ResolveRequest};
 
-/// Items per page.
-const PAGE: usize = 25;
-/// How far the page reads to count and page: the queue listing has no offset, so the page
-/// reads at most this many items (and one more, to know there are more) and says "at least"
-/// past it.
-const WINDOW: usize = 1000;
+/// Items per page unless the query asks for another size (`limit`, at most [`MAX_PAGE`]).
+const PAGE: u32 = 25;
+const MAX_PAGE: u32 = 100;
 
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct QueuePageQuery {
@@ -33,8 +30,33 @@ pub(crate) struct QueuePageQuery {
     status: String,
     #[serde(default)]
     provider: String,
+    /// Items per page.
     #[serde(default)]
-    offset: usize,
+    limit: Option<u32>,
+    /// The next page: the items after this cursor (the previous page's last item).
+    #[serde(default)]
+    after: String,
+    /// The previous page: the items before this cursor (the next page's first item).
+    #[serde(default)]
+    before: String,
+}
+
+impl QueuePageQuery {
+    /// The query string of these filters and page size, at the cursor `at` (`after` or
+    /// `before`; none for the first page), for the pager's links.
+    fn link(&self, at: Option<(&str, &QueueCursor)>) -> String {
+        let limit = self.limit.map(|l| l.to_string()).unwrap_or_default();
+        let cursor = at.map(|(_, c)| c.to_string()).unwrap_or_default();
+        let pairs = [
+            ("kind", self.kind.as_str()),
+            ("status", self.status.as_str()),
+            ("provider", self.provider.as_str()),
+            ("limit", limit.as_str()),
+            (at.map_or("after", |(name, _)| name), cursor.as_str()),
+        ];
+        let kept: Vec<_> = pairs.into_iter().filter(|(_, v)| !v.is_empty()).collect();
+        serde_urlencoded::to_string(kept).expect("string pairs encode")
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -46,77 +68,101 @@ pub(crate) struct ResolveForm {
     note: String,
     #[serde(default)]
     authoritative_ref: String,
+    /// The page's provider filter, so the counts swapped in after a resolution are the page's.
+    #[serde(default)]
+    provider: String,
+}
+
+fn invalid(message: String) -> ApiError {
+    ApiError::bad_request("invalid_request", message)
+}
+
+fn cursor(name: &str, text: &str) -> Result<Option<QueueCursor>, ApiError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse()
+        .map(Some)
+        .map_err(|e| invalid(format!("{name}: {e}.")))
+}
+
+fn provider_of(text: &str) -> Option<String> {
+    Some(text.trim().to_owned()).filter(|p| !p.is_empty())
 }
 
 fn parse_filter(q: &QueuePageQuery, s: &Session) -> Result<QueueFilter, ApiError> {
     let kind = match q.kind.as_str() {
         "" | "all" => None,
-        k => Some(QueueKind::parse(k).ok_or_else(|| {
-            ApiError::bad_request(
-                "invalid_request",
-                format!("kind {k:?} is not quarantine or reconcile."),
-            )
-        })?),
+        k => Some(
+            QueueKind::parse(k)
+                .ok_or_else(|| invalid(format!("kind {k:?} is not quarantine or reconcile.")))?,
+        ),
     };
     let status = match q.status.as_str() {
         "" => Some(QueueStatus::Open),
         "all" => None,
-        st => Some(QueueStatus::parse(st).ok_or_else(|| {
-            ApiError::bad_request(
-                "invalid_request",
-                format!("status {st:?} is not open, resolved or all."),
-            )
-        })?),
+        st => Some(
+            QueueStatus::parse(st)
+                .ok_or_else(|| invalid(format!("status {st:?} is not open, resolved or all.")))?,
+        ),
     };
-    let provider = Some(q.provider.trim().to_owned()).filter(|p| !p.is_empty());
     Ok(QueueFilter {
         tenants: s.caller.tenants.clone(),
         status,
         kind,
-        provider,
-        limit: WINDOW as u32 + 1,
+        provider: provider_of(&q.provider),
+        limit: q.limit.unwrap_or(PAGE).clamp(1, MAX_PAGE),
+        after: cursor("after", &q.after)?,
+        before: cursor("before", &q.before)?,
         ..QueueFilter::default()
     })
 }
 
-/// Open items per kind, from one bounded read.
-struct Counts {
-    quarantine: usize,
-    reconcile: usize,
-    capped: bool,
+/// How many items the filter's kind and status select among `counts`.
+fn matching(counts: &QueueCounts, f: &QueueFilter) -> u64 {
+    [QueueKind::Quarantine, QueueKind::Reconcile]
+        .into_iter()
+        .filter(|k| f.kind.is_none() || f.kind == Some(*k))
+        .map(|k| {
+            let c = match k {
+                QueueKind::Quarantine => counts.quarantine,
+                QueueKind::Reconcile => counts.reconcile,
+            };
+            match f.status {
+                Some(QueueStatus::Open) => c.open,
+                Some(QueueStatus::Resolved) => c.resolved,
+                None => c.open + c.resolved,
+            }
+        })
+        .sum()
 }
 
-/// Counts the open items per kind the session sees, from one bounded read.
-async fn count_open(state: &AppState, s: &Session) -> Result<Counts, PageError> {
-    let open = state
+/// The open items per kind the session sees under the provider filter, as the store counts
+/// them with a page.
+async fn count_open(
+    state: &AppState,
+    s: &Session,
+    provider: Option<String>,
+) -> Result<QueueCounts, PageError> {
+    let page = state
         .store
-        .queue_list(&QueueFilter {
+        .queue_page(&QueueFilter {
             tenants: s.caller.tenants.clone(),
-            limit: WINDOW as u32 + 1,
+            provider,
+            limit: 1,
             ..QueueFilter::default()
         })
         .await?;
-    let capped = open.len() > WINDOW;
-    let open: Vec<&QueueItem> = open
-        .iter()
-        .take(WINDOW)
-        .filter(|i| s.caller.sees(&i.tenant))
-        .collect();
-    let of = |kind: QueueKind| open.iter().filter(|i| i.kind == kind).count();
-    Ok(Counts {
-        quarantine: of(QueueKind::Quarantine),
-        reconcile: of(QueueKind::Reconcile),
-        capped,
-    })
+    Ok(page.counts)
 }
 
 /// The counts bar; `oob` marks it for htmx to replace the page's own after a resolution.
-fn counts_markup(c: &Counts, oob: bool) -> Markup {
+fn counts_markup(c: &QueueCounts, oob: bool) -> Markup {
     html! {
         div.counts #counts hx-swap-oob=[oob.then_some("true")] {
-            span.count { b #count-quarantine { (c.quarantine) } "open quarantine" }
-            span.count { b #count-reconcile { (c.reconcile) } "open reconcile" }
-            @if c.capped { span.count.muted { "counting stops at " (WINDOW) } }
+            span.count { b #count-quarantine { (c.quarantine.open) } "open quarantine" }
+            span.count { b #count-reconcile { (c.reconcile.open) } "open reconcile" }
         }
     }
 }
@@ -127,33 +173,25 @@ pub(crate) async fn page(
     ConsoleQuery(q): ConsoleQuery<QueuePageQuery>,
 ) -> Result<Response, PageError> {
     let filter = parse_filter(&q, &s)?;
-    let counts = count_open(&state, &s).await?;
-    let listed = state.store.queue_list(&filter).await?;
-    let listed_capped = listed.len() > WINDOW;
-    let listed: Vec<&QueueItem> = listed
-        .iter()
-        .take(WINDOW)
-        .filter(|i| s.caller.sees(&i.tenant))
-        .collect();
+    // One page at the cursor, keyed on the items' (created_at, id) like `GET /v1/queue`, with
+    // the counts read in the same transaction.
+    let page = state.store.queue_page(&filter).await?;
     let now = state.now();
-    let shown: Vec<QueueItemBody> = listed
+    let shown: Vec<QueueItemBody> = page
+        .items
         .iter()
-        .skip(q.offset)
-        .take(PAGE)
+        // The store filters by tenant in its query; checking again keeps the session's view
+        // closed even if a filter were ever dropped on the way.
+        .filter(|i| s.caller.sees(&i.tenant))
         .map(|i| item_body(i, now))
         .collect();
-    let next = (q.offset + PAGE < listed.len()).then(|| {
-        serde_urlencoded::to_string([
-            ("kind", q.kind.as_str()),
-            ("status", q.status.as_str()),
-            ("provider", q.provider.as_str()),
-            ("offset", &(q.offset + PAGE).to_string()),
-        ])
-        .expect("string pairs encode")
-    });
-    let at_least = if listed_capped { "at least " } else { "" };
+    let next = page.next.as_ref().map(|c| q.link(Some(("after", c))));
+    let previous = page.previous.as_ref().map(|c| q.link(Some(("before", c))));
+    let paged = filter.after.is_some() || filter.before.is_some();
+    let first = q.link(None);
+    let total = matching(&page.counts, &filter);
     let body = html! {
-        (counts_markup(&counts, false))
+        (counts_markup(&page.counts, false))
         form.filters method="get" action="/console/queue" {
             label { "Kind" select name="kind" {
                 option value="" { "all" }
@@ -164,15 +202,25 @@ pub(crate) async fn page(
                 @for st in ["resolved", "all"] { option value=(st) selected[q.status == st] { (st) } }
             } }
             label { "Provider" input name="provider" value=(q.provider) size="12"; }
+            @if let Some(limit) = q.limit { input type="hidden" name="limit" value=(limit); }
             button type="submit" { "Filter" }
         }
-        p.muted { "Showing " (shown.len()) " of " (at_least) (listed.len()) " matching items, oldest first." }
+        p.muted #queue-summary { "Showing " (shown.len()) " of " (total) " matching items, oldest first." }
         div #queue {
             @if shown.is_empty() { p.muted #queue-empty { "Nothing in the queue matches." } }
-            @for item in &shown { (item_card(item, &s, None)) }
+            @for item in &shown { (item_card(item, &s, &q.provider, None)) }
         }
-        @if let Some(next) = next {
-            p.pager { a href={ "/console/queue?" (next) } { "Next items →" } }
+        @if previous.is_some() || next.is_some() || paged {
+            p.pager {
+                @if let Some(previous) = &previous {
+                    a #previous-page href={ "/console/queue?" (previous) } { "← Earlier items" } " "
+                } @else if paged {
+                    a #first-page href={ "/console/queue?" (first) } { "← First items" } " "
+                }
+                @if let Some(next) = &next {
+                    a #next-page href={ "/console/queue?" (next) } { "Later items →" }
+                }
+            }
         }
     };
     Ok(html(layout::page("Queue", &s, Nav::Queue, body)))
@@ -180,7 +228,7 @@ pub(crate) async fn page(
 
 /// One queue item as a card (its id in the page is `item-{queue item id}`), with the resolve
 /// form when it is open and `error` when the last attempt to resolve it was refused.
-fn item_card(i: &QueueItemBody, s: &Session, error: Option<&str>) -> Markup {
+fn item_card(i: &QueueItemBody, s: &Session, provider: &str, error: Option<&str>) -> Markup {
     let open = i.resolution.is_none();
     html! {
         article.card.resolved[!open] id={ "item-" (i.queue_item_id) } data-delivery=(i.delivery_id) {
@@ -221,6 +269,7 @@ fn item_card(i: &QueueItemBody, s: &Session, error: Option<&str>) -> Markup {
                     hx-post={ "/console/queue/" (i.delivery_id) "/resolve" }
                     hx-target={ "#item-" (i.queue_item_id) } hx-swap="outerHTML" {
                     input type="hidden" name="csrf" value=(s.csrf);
+                    @if !provider.is_empty() { input type="hidden" name="provider" value=(provider); }
                     span { "Outcome" }
                     span {
                         label { input type="radio" name="outcome" value="distinct" checked[i.proposed_action == "distinct"]; " distinct (a new effect)" } " "
@@ -275,9 +324,9 @@ pub(crate) async fn resolve(
     match (result, htmx) {
         (Ok(item), true) => {
             // The resolved item in place, and the counts bar beside it (out of band).
-            let counts = count_open(&state, &s).await?;
+            let counts = count_open(&state, &s, provider_of(&f.provider)).await?;
             Ok(html(html! {
-                (item_card(&item_body(&item, state.now()), &s, None))
+                (item_card(&item_body(&item, state.now()), &s, &f.provider, None))
                 (counts_markup(&counts, true))
             }))
         }
@@ -286,7 +335,7 @@ pub(crate) async fn resolve(
         // reason, so the operator sees it where they typed.
         (Err(e), true) if e.status().is_client_error() && e.problem != Problem::NotFound => {
             let item = open_item(&state, &s, &raw_id).await?;
-            Ok(html(item_card(&item, &s, Some(&e.message))))
+            Ok(html(item_card(&item, &s, &f.provider, Some(&e.message))))
         }
         (Err(e), _) => Err(PageError(e)),
     }
@@ -303,4 +352,37 @@ async fn open_item(
         .queue_item
         .ok_or_else(|| ApiError::not_found(format!("Delivery {raw_id} is not in the queue.")))?;
     Ok(item_body(&item, state.now()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncegate_core::ids::QueueItemId;
+    use time::OffsetDateTime;
+
+    #[test]
+    fn pager_links_keep_the_filters_and_page_size_and_encode_them() {
+        let q = QueuePageQuery {
+            kind: "reconcile".to_owned(),
+            provider: "pay flow&co".to_owned(),
+            limit: Some(7),
+            ..QueuePageQuery::default()
+        };
+        let at = QueueCursor {
+            created_at: OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap(),
+            id: QueueItemId::from_u128(42),
+        };
+        let next = q.link(Some(("after", &at)));
+        assert_eq!(
+            next,
+            format!("kind=reconcile&provider=pay+flow%26co&limit=7&after={at}")
+        );
+        assert_eq!(
+            q.link(None),
+            "kind=reconcile&provider=pay+flow%26co&limit=7"
+        );
+        let back: QueuePageQuery = serde_urlencoded::from_str(&next).unwrap();
+        assert_eq!(back.after.parse::<QueueCursor>().unwrap(), at);
+        assert_eq!(back.provider, "pay flow&co");
+    }
 }

@@ -7,13 +7,16 @@ use axum::Json;
 use oncegate_store::{Breaker, BreakerScope, StoreError, TenantFilter};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
+use utoipa::ToSchema;
 
 use super::ApiJson;
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, Problem};
 use crate::state::AppState;
+use crate::wire::ErrorBody;
 
-#[derive(Debug, Serialize)]
+/// One strategy's collision breaker.
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct BreakerBody {
     pub provider: String,
     pub env: String,
@@ -26,27 +29,35 @@ pub(crate) struct BreakerBody {
     pub matches: u64,
     pub collisions: u64,
     #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub opened_at: Option<OffsetDateTime>,
     pub reason: Option<String>,
     #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub closed_at: Option<OffsetDateTime>,
     pub closed_by: Option<String>,
     pub note: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+/// `GET /v1/breakers`.
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct BreakerListBody {
     pub breakers: Vec<BreakerBody>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `POST /v1/breakers/close`: the breaker by its scope, and what was checked.
+#[derive(Debug, Deserialize, ToSchema)]
 pub(crate) struct CloseRequest {
     pub provider: String,
     pub env: String,
     pub event_type: String,
+    /// The strategy's name (its version apart).
     pub strategy: String,
     pub version: u32,
+    /// What was checked; required.
     pub note: String,
+    /// Who closes it (default: the token's label).
+    #[serde(default)]
     pub by: Option<String>,
 }
 
@@ -68,6 +79,18 @@ pub(crate) fn body(b: &Breaker) -> BreakerBody {
     }
 }
 
+/// The collision breakers of every strategy, open or closed.
+#[utoipa::path(
+    get,
+    path = "/v1/breakers",
+    operation_id = "list_breakers",
+    tag = "breakers",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every breaker that ever counted a match.", body = BreakerListBody),
+        (status = 403, description = "`forbidden`: the token's role is not `operator` or `admin`.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn list(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -85,6 +108,22 @@ pub(crate) async fn list(
     }))
 }
 
+/// Closes an open breaker, with a note: nothing else closes one.
+#[utoipa::path(
+    post,
+    path = "/v1/breakers/close",
+    operation_id = "close_breaker",
+    tag = "breakers",
+    request_body = CloseRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The closed breaker.", body = BreakerBody),
+        (status = 400, description = "`invalid_request`: the body, or no note.", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the role is not `operator` or `admin`, or the token does not see every tenant.", body = ErrorBody),
+        (status = 404, description = "`not_found`: this breaker never opened.", body = ErrorBody),
+        (status = 409, description = "`not_open`: the breaker is not open.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn close(
     State(state): State<AppState>,
     headers: HeaderMap,

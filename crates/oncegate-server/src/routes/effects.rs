@@ -11,7 +11,7 @@ use crate::auth::{Caller, Role};
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::wire::{
-    CompleteRequest, EffectOutcomeBody, FailRequest, HeartbeatBody, HeartbeatRequest,
+    CompleteRequest, EffectOutcomeBody, ErrorBody, FailRequest, HeartbeatBody, HeartbeatRequest,
 };
 
 /// A result is a reference to the transaction, resource and rule version, not a payload.
@@ -44,6 +44,23 @@ async fn holder(
     Ok((id, fencing))
 }
 
+/// Completes a reserved effect with its result.
+#[utoipa::path(
+    post,
+    path = "/v1/effects/{effect_id}/complete",
+    operation_id = "complete_effect",
+    tag = "effects",
+    params(("effect_id" = String, Path, min_length = 1, description = "The effect's id (`eff_…`).")),
+    request_body = CompleteRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The effect is completed.", body = EffectOutcomeBody),
+        (status = 400, description = "`invalid_request` (the body or the token), `result_too_large`.", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the token's role is not `ingest` or `admin`.", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such effect for this token's tenants.", body = ErrorBody),
+        (status = 409, description = "`stale_token` (a newer reservation holds it), `lease_lost`.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn complete(
     State(state): State<AppState>,
     Path(effect_id): Path<String>,
@@ -67,6 +84,23 @@ pub(crate) async fn complete(
     }))
 }
 
+/// Fails a reserved effect, retryable or not.
+#[utoipa::path(
+    post,
+    path = "/v1/effects/{effect_id}/fail",
+    operation_id = "fail_effect",
+    tag = "effects",
+    params(("effect_id" = String, Path, min_length = 1, description = "The effect's id (`eff_…`).")),
+    request_body = FailRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The effect is failed.", body = EffectOutcomeBody),
+        (status = 400, description = "`invalid_request` (the body or the token), `error_too_large`.", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the token's role is not `ingest` or `admin`.", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such effect for this token's tenants.", body = ErrorBody),
+        (status = 409, description = "`stale_token` (a newer reservation holds it), `lease_lost`.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn fail(
     State(state): State<AppState>,
     Path(effect_id): Path<String>,
@@ -91,6 +125,23 @@ pub(crate) async fn fail(
     }))
 }
 
+/// Extends the lease of a reserved effect.
+#[utoipa::path(
+    post,
+    path = "/v1/effects/{effect_id}/heartbeat",
+    operation_id = "heartbeat_effect",
+    tag = "effects",
+    params(("effect_id" = String, Path, min_length = 1, description = "The effect's id (`eff_…`).")),
+    request_body = HeartbeatRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The lease now runs until `lease_expires_at`.", body = HeartbeatBody),
+        (status = 400, description = "`invalid_request`: the body or the token.", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the token's role is not `ingest` or `admin`.", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such effect for this token's tenants.", body = ErrorBody),
+        (status = 409, description = "`stale_token` (a newer reservation holds it), `lease_lost`.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn heartbeat(
     State(state): State<AppState>,
     Path(effect_id): Path<String>,

@@ -11,18 +11,23 @@ use oncegate_core::matrix::{Action, Layer};
 use oncegate_store::{EffectRecord, QueueItem, ResolutionRecord};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use utoipa::IntoParams;
 
 use super::ApiQuery;
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, Problem};
 use crate::state::AppState;
 use crate::wire::{
-    self, DecisionBody, EffectBody, LinkBody, ProofBody, ResolutionBody, SkippedBody, StrategyBody,
+    self, DecisionBody, EffectBody, ErrorBody, LinkBody, ProofBody, ResolutionBody, SkippedBody,
+    StrategyBody,
 };
 use oncegate::details::Details;
 
-#[derive(Debug, Deserialize)]
+/// The query string of `GET /v1/deliveries/{delivery_id}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ProofQuery {
+    /// Include the body as received (an `admin` token only).
     payload: Option<bool>,
 }
 
@@ -50,6 +55,24 @@ pub(crate) fn resolution_body(r: &ResolutionRecord) -> ResolutionBody {
     }
 }
 
+/// The proof of one delivery: its decision, where it came from and why.
+#[utoipa::path(
+    get,
+    path = "/v1/deliveries/{delivery_id}",
+    operation_id = "get_proof",
+    tag = "deliveries",
+    params(
+        ("delivery_id" = String, Path, min_length = 1, description = "The delivery's id (`dlv_…`)."),
+        ProofQuery,
+    ),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The proof.", body = ProofBody),
+        (status = 400, description = "`invalid_request`: the query string.", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the role is not `operator` or `admin`, or the payload was asked without `admin`.", body = ErrorBody),
+        (status = 404, description = "`not_found` (no such delivery for this token's tenants), `not_decided` (journaled, no decision yet).", body = ErrorBody),
+    )
+)]
 pub(crate) async fn get_proof(
     State(state): State<AppState>,
     Path(raw_id): Path<String>,

@@ -20,7 +20,7 @@ use crate::error::{ApiError, Problem};
 use crate::instant::parse_instant;
 use crate::state::AppState;
 use crate::wire::{
-    self, QueueCountsBody, QueueItemBody, QueueListBody, QueueQuery, ResolveRequest,
+    self, ErrorBody, QueueCountsBody, QueueItemBody, QueueListBody, QueueQuery, ResolveRequest,
     StatusCountsBody,
 };
 
@@ -118,9 +118,24 @@ fn filter_of(
         created_before: instant("older_than", &q.older_than)?,
         created_since: instant("newer_than", &q.newer_than)?,
         after,
+        before: None,
     })
 }
 
+/// One page of the ambiguity queue, oldest first, with the counts per kind and status.
+#[utoipa::path(
+    get,
+    path = "/v1/queue",
+    operation_id = "list_queue",
+    tag = "queue",
+    params(QueueQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "A page of items, the cursor of the next page and the counts.", body = QueueListBody),
+        (status = 400, description = "`invalid_request`, naming the parameter.", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the token's role is not `operator` or `admin`.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn list(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -197,6 +212,24 @@ async fn not_queued(
     })
 }
 
+/// Settles an open item as `distinct` or `duplicate`, named by its queue item id or by a
+/// delivery id with one open item.
+#[utoipa::path(
+    post,
+    path = "/v1/queue/{delivery_id}/resolve",
+    operation_id = "resolve_queue_item",
+    tag = "queue",
+    params(("delivery_id" = String, Path, min_length = 1, description = "A queue item id (`q_…`), or a delivery id (`dlv_…`) with one open item.")),
+    request_body = ResolveRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The resolved item.", body = QueueItemBody),
+        (status = 400, description = "`invalid_request`: the body or the outcome.", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the token's role is not `operator` or `admin`.", body = ErrorBody),
+        (status = 404, description = "`not_found` (no such item or delivery for this token's tenants), `not_queued`.", body = ErrorBody),
+        (status = 409, description = "`already_resolved`, `ambiguous` (several open items: name one), `conflict`.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn resolve(
     State(state): State<AppState>,
     Path(raw_id): Path<String>,

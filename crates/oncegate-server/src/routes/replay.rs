@@ -7,13 +7,15 @@ use axum::Json;
 use oncegate_core::ids::DeliveryId;
 use serde::Serialize;
 use serde_json::value::RawValue;
+use utoipa::ToSchema;
 
 use crate::auth::Role;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::wire;
+use crate::wire::{self, ErrorBody};
 
-#[derive(Debug, Serialize)]
+/// The answer to a late replay.
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ReplayBody {
     /// The delivery that was replayed.
     pub replay_of: String,
@@ -23,10 +25,26 @@ pub(crate) struct ReplayBody {
     pub reason: String,
     pub rule: &'static str,
     pub effect_id: Option<String>,
+    #[schema(value_type = Option<serde_json::Value>)]
     pub result: Option<Box<RawValue>>,
     pub queue_item_id: Option<String>,
 }
 
+/// Replays one delivery late: the proof's strategy version over the stored payload.
+#[utoipa::path(
+    post,
+    path = "/v1/deliveries/{delivery_id}/replay",
+    operation_id = "replay_delivery",
+    tag = "deliveries",
+    params(("delivery_id" = String, Path, min_length = 1, description = "The delivery's id (`dlv_…`).")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The replay's decision: `ignore` found through the proof, or `reconcile`.", body = ReplayBody),
+        (status = 403, description = "`forbidden`: the token's role is not `operator` or `admin`.", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such delivery for this token's tenants.", body = ErrorBody),
+        (status = 409, description = "`conflict`: the replay conflicts with what is recorded.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn replay(
     State(state): State<AppState>,
     Path(raw_id): Path<String>,

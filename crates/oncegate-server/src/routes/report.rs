@@ -13,7 +13,7 @@ use super::ApiQuery;
 use crate::auth::Role;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::wire::{ReportBody, ReportQuery, ReportRowBody};
+use crate::wire::{ErrorBody, ReportBody, ReportQuery, ReportRowBody};
 
 fn row(
     tenant: &str,
@@ -46,6 +46,22 @@ fn row(
     }
 }
 
+/// Receptions side by side with what became of them, per tenant, provider, environment and
+/// type, with the unexplained gap.
+#[utoipa::path(
+    get,
+    path = "/v1/report",
+    operation_id = "get_report",
+    tag = "report",
+    params(ReportQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The rows and their total.", body = ReportBody),
+        (status = 400, description = "`invalid_request`: `since` is not RFC 3339.", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the token's role is not `operator` or `admin`.", body = ErrorBody),
+        (status = 404, description = "`not_found`: the tenant is not visible to this token.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn report(
     State(state): State<AppState>,
     headers: HeaderMap,

@@ -10,10 +10,24 @@ use super::ApiJson;
 use crate::auth::Role;
 use crate::error::ApiError;
 use crate::state::{to_time, AppState};
-use crate::wire::{ClaimItemBody, ClaimListBody, ClaimRequest, ReservationBody};
+use crate::wire::{ClaimItemBody, ClaimListBody, ClaimRequest, ErrorBody, ReservationBody};
 
 const MAX_CLAIM: u32 = 100;
 
+/// Claims released effects, each handed over as a reservation.
+#[utoipa::path(
+    post,
+    path = "/v1/work/claim",
+    operation_id = "claim_work",
+    tag = "effects",
+    request_body = ClaimRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The claimed effects (none when nothing is released).", body = ClaimListBody),
+        (status = 400, description = "`invalid_request`: the body, or `lease_seconds` of 0.", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the token's role is not `ingest` or `admin`.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn claim(
     State(state): State<AppState>,
     headers: HeaderMap,

@@ -238,6 +238,49 @@ pub async fn console_an_operator_works_the_console_in_a_browser(kind: Kind) {
         .path()
         .ends_with(&seeded.acme_first));
 
+    // Paging the queue one item at a time: acme's quarantine first (the oldest), the markup
+    // delivery's reconcile item on the next page, and back.
+    c.goto(&format!("{}/console/queue?limit=1", s.base))
+        .await
+        .unwrap();
+    let first_card = format!("article[data-delivery='{}']", seeded.acme_quarantined);
+    let second_card = format!("article[data-delivery='{}']", seeded.acme_markup);
+    b.wait(&first_card).await;
+    assert_eq!(
+        c.find_all(Locator::Css("#queue article"))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    c.find(Locator::Css("#next-page"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait(&second_card).await;
+    assert!(!b.source().await.contains(&seeded.acme_quarantined));
+    assert!(
+        c.find(Locator::Css("#next-page")).await.is_err(),
+        "acme has two open items: no third page"
+    );
+    b.shot("queue-page-2").await;
+    c.find(Locator::Css("#previous-page"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait(&first_card).await;
+    assert!(c
+        .current_url()
+        .await
+        .unwrap()
+        .query()
+        .unwrap_or("")
+        .contains("before="));
+
     // Resolving a queue item: htmx swaps the item in place; reloading shows the open list
     // without it.
     c.goto(&format!("{}/console/queue", s.base)).await.unwrap();

@@ -13,6 +13,7 @@ mod effects;
 mod harness;
 mod layer;
 mod limits;
+mod openapi;
 mod operation_scope;
 mod operations;
 mod queue;
@@ -47,6 +48,7 @@ macro_rules! both_backends {
 
 both_backends!(
     operations::health_metrics_and_unknown_routes,
+    openapi::the_document_describes_exactly_the_routes_served,
     operations::report_gap_is_zero_after_a_mixed_run,
     operations::proofs_show_why_and_guard_the_payload,
     auth::signatures_are_verified_and_failures_journaled,

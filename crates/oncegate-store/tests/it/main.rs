@@ -168,6 +168,7 @@ mod queue_on {
         a_verify_item_resolved_distinct_releases_the_same_effect_once,
         a_retry_resolved_distinct_leaves_the_unknown_effect_alone,
         paging_returns_each_item_once_in_order_while_items_arrive,
+        paging_backwards_shows_the_same_pages_in_reverse,
         filters_and_counts_narrow_the_queue,
         a_delivery_id_names_its_one_open_item_or_is_ambiguous,
     );

@@ -418,6 +418,93 @@ pub async fn paging_returns_each_item_once_in_order_while_items_arrive(b: &Backe
     assert_eq!(pages, 3);
 }
 
+pub async fn paging_backwards_shows_the_same_pages_in_reverse(b: &Backend) {
+    let store = b.open().await;
+    completed(&store, Shot::new("base", t0(), "fp")).await;
+    // 95 items over 19 instants: pages of 20 cut between equal timestamps.
+    for n in 0..95 {
+        let at = t0() + Duration::seconds(1 + (n / 5) as i64);
+        reconcile_item(&store, Shot::new("old", at, "fp"), n).await;
+    }
+    let page = |after: Option<QueueCursor>, before: Option<QueueCursor>| {
+        let store = store.clone();
+        async move {
+            store
+                .queue_page(&QueueFilter {
+                    limit: 20,
+                    after,
+                    before,
+                    ..QueueFilter::default()
+                })
+                .await
+                .unwrap()
+        }
+    };
+    let ids =
+        |p: &oncegate_store::QueuePage| p.items.iter().map(|i| i.id.clone()).collect::<Vec<_>>();
+    let mut forward = Vec::new();
+    let mut current = page(None, None).await;
+    assert_eq!(
+        current.previous, None,
+        "the first page has no previous page"
+    );
+    loop {
+        forward.push(ids(&current));
+        let Some(next) = current.next.clone() else {
+            break;
+        };
+        current = page(Some(next), None).await;
+        assert!(
+            current.previous.is_some(),
+            "a later page has a previous page"
+        );
+        assert!(forward.len() < 10, "paging must end");
+    }
+    assert_eq!(
+        forward.iter().map(Vec::len).collect::<Vec<_>>(),
+        [20, 20, 20, 20, 15]
+    );
+    // From the last page back to the first, through `previous` and `before`.
+    let mut backward = vec![ids(&current)];
+    while let Some(previous) = current.previous.clone() {
+        let text = previous.to_string();
+        current = page(None, Some(text.parse().unwrap())).await;
+        assert!(
+            current.next.is_some(),
+            "a page reached backwards has a next page"
+        );
+        backward.push(ids(&current));
+        assert!(backward.len() < 10, "paging must end");
+    }
+    backward.reverse();
+    assert_eq!(backward, forward, "the same pages, backwards");
+    // A page reached backwards links forward to where the walk came from.
+    let second = page(
+        None,
+        Some(QueueCursor::after(
+            &store_item(&store, &forward[2][0]).await,
+        )),
+    )
+    .await;
+    assert_eq!(ids(&second), forward[1]);
+    assert_eq!(
+        page(second.next.clone(), None)
+            .await
+            .items
+            .first()
+            .map(|i| i.id.clone()),
+        Some(forward[2][0].clone())
+    );
+}
+
+async fn store_item(store: &Arc<dyn Store>, id: &QueueItemId) -> oncegate_store::QueueItem {
+    store
+        .queue_item(id)
+        .await
+        .unwrap()
+        .expect("the item exists")
+}
+
 pub async fn filters_and_counts_narrow_the_queue(b: &Backend) {
     let store = b.open().await;
     completed(&store, Shot::new("base", t0(), "fp")).await;
