@@ -25,13 +25,11 @@ pub fn rule(window: std::time::Duration) -> BreakerRule {
 pub async fn list_doc(
     store: &dyn Store,
     window: std::time::Duration,
-) -> Result<crate::json::BreakerListDoc> {
+) -> Result<impl serde::Serialize> {
     let breakers = store
         .breakers(&rule(window), OffsetDateTime::now_utc())
         .await?;
-    Ok(crate::json::BreakerListDoc {
-        breakers: breakers.iter().map(crate::json::breaker).collect(),
-    })
+    Ok(oncegate_server::document::breakers(&breakers))
 }
 
 pub async fn list(store: &dyn Store, window: std::time::Duration) -> Result<String> {

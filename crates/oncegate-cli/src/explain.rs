@@ -180,26 +180,19 @@ pub async fn render(store: &dyn Store, id: &str) -> Result<String> {
     Ok(out)
 }
 
-/// The proof of `id` as `GET /v1/deliveries/{id}` serves it (see [`crate::json::ProofDoc`]).
-pub async fn doc(store: &dyn Store, id: &str) -> Result<crate::json::ProofDoc> {
+/// The proof of `id` as `GET /v1/deliveries/{id}` serves it (the server's own document), or
+/// for a delivery journaled without a decision the same names with the decision's fields empty.
+pub async fn doc(store: &dyn Store, id: &str) -> Result<serde_json::Value> {
     let id: DeliveryId = id.parse().map_err(|e| anyhow!("{e}"))?;
     let delivery = store
         .delivery(&id)
         .await?
         .ok_or_else(|| anyhow!("no delivery {id} in this store"))?;
-    let proof = store.proof(&id).await?;
-    let effect = match proof.as_ref().and_then(|p| p.effect.as_ref()) {
-        Some(e) => store.effect(e).await?,
-        None => None,
-    };
-    let item = match proof.as_ref().and_then(|p| p.queue_item.as_ref()) {
-        Some(q) => store.queue_item(q).await?,
-        None => None,
-    };
-    Ok(crate::json::proof(
-        &delivery,
-        proof.as_ref(),
-        effect.as_ref(),
-        item.as_ref(),
-    ))
+    if store.proof(&id).await?.is_none() {
+        return Ok(crate::json::undecided(&delivery));
+    }
+    let doc = oncegate_server::document::proof(store, id.as_str(), false)
+        .await
+        .map_err(|e| anyhow!("{}", e.message))?;
+    Ok(serde_json::to_value(doc)?)
 }

@@ -92,20 +92,9 @@ async fn page(store: &dyn Store, a: ListArgs<'_>) -> Result<(QueuePage, OffsetDa
 }
 
 /// `queue list --json`: the page as `GET /v1/queue` serves it.
-pub async fn list_doc(store: &dyn Store, a: ListArgs<'_>) -> Result<json::QueueListDoc> {
+pub async fn list_doc(store: &dyn Store, a: ListArgs<'_>) -> Result<impl serde::Serialize> {
     let (page, now) = page(store, a).await?;
-    Ok(json::QueueListDoc {
-        items: page
-            .items
-            .iter()
-            .map(|i| json::queue_item(i, now))
-            .collect(),
-        next: page.next.as_ref().map(ToString::to_string),
-        counts: json::QueueCountsDoc {
-            quarantine: page.counts.quarantine.into(),
-            reconcile: page.counts.reconcile.into(),
-        },
-    })
+    Ok(oncegate_server::document::queue_page(&page, now))
 }
 
 pub async fn list(store: &dyn Store, a: ListArgs<'_>) -> Result<String> {
@@ -245,7 +234,10 @@ fn payload_text(d: Option<&DeliveryRecord>) -> String {
 }
 
 /// `queue show --json`: the item as `GET /v1/queue` lists it, with both payloads.
-pub async fn show_doc(store: &dyn Store, raw: &str) -> Result<json::QueueShowDoc> {
+pub async fn show_doc(
+    store: &dyn Store,
+    raw: &str,
+) -> Result<json::QueueShowDoc<impl serde::Serialize>> {
     let item = item_of(store, raw).await?;
     let delivery = store.delivery(&item.delivery).await?;
     let reference = match &item.first_delivery {
@@ -253,7 +245,7 @@ pub async fn show_doc(store: &dyn Store, raw: &str) -> Result<json::QueueShowDoc
         None => None,
     };
     Ok(json::QueueShowDoc {
-        item: json::queue_item(&item, OffsetDateTime::now_utc()),
+        item: oncegate_server::document::queue_item(&item, OffsetDateTime::now_utc()),
         payload: json::payload(delivery.as_ref()),
         reference_payload: json::payload(reference.as_ref()),
     })

@@ -6,30 +6,12 @@ use comfy_table::{presets::UTF8_BORDERS_ONLY, CellAlignment, Table};
 use oncegate_store::{ReportCounts, Store, TenantFilter};
 use time::OffsetDateTime;
 
-use crate::json::{self, ReportDoc};
-
 /// The report as `GET /v1/report` serves it.
-pub async fn doc(store: &dyn Store, since: OffsetDateTime) -> Result<ReportDoc> {
+pub async fn doc(store: &dyn Store, since: OffsetDateTime) -> Result<impl serde::Serialize> {
+    // The CLI reads every tenant, as an all-tenants token does, for which the API names the
+    // total's tenant `*`.
     let report = store.report(&TenantFilter::All, since).await?;
-    Ok(ReportDoc {
-        since: json::instant(report.since),
-        rows: report
-            .rows
-            .iter()
-            .map(|r| {
-                json::report_row(
-                    &r.tenant,
-                    &r.provider,
-                    &r.env,
-                    r.event_type.clone(),
-                    &r.counts,
-                )
-            })
-            .collect(),
-        // The CLI reads every tenant, as an all-tenants token does, for which the API names the
-        // total's tenant `*`.
-        total: json::report_row("*", "*", "*", None, &report.total),
-    })
+    Ok(oncegate_server::document::report(&report, since))
 }
 
 /// Renders the report of deliveries received since `since`.

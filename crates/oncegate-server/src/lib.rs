@@ -50,6 +50,7 @@ mod auth;
 mod connection;
 mod console;
 mod deadline;
+pub mod document;
 mod error;
 mod ingest;
 mod instant;

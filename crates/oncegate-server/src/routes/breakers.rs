@@ -103,9 +103,14 @@ pub(crate) async fn list(
         .store
         .breakers(&state.gate.breaker_rule(), state.now())
         .await?;
-    Ok(Json(BreakerListBody {
+    Ok(Json(list_body(&list)))
+}
+
+/// Breakers as `GET /v1/breakers` serves them.
+pub(crate) fn list_body(list: &[Breaker]) -> BreakerListBody {
+    BreakerListBody {
         breakers: list.iter().map(body).collect(),
-    }))
+    }
 }
 
 /// Closes an open breaker, with a note: nothing else closes one.

@@ -8,7 +8,7 @@ use axum::Json;
 use base64::Engine;
 use oncegate_core::ids::DeliveryId;
 use oncegate_core::matrix::{Action, Layer};
-use oncegate_store::{EffectRecord, QueueItem, ResolutionRecord};
+use oncegate_store::{EffectRecord, QueueItem, ResolutionRecord, Store};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use utoipa::IntoParams;
@@ -104,18 +104,38 @@ pub(crate) async fn build(
     raw_id: &str,
     want_payload: bool,
 ) -> Result<(ProofBody, ProofExtras), ApiError> {
+    let sees = |tenant: &str| caller.sees(tenant);
+    build_from(
+        state.store.as_ref(),
+        &sees,
+        caller.is_admin(),
+        raw_id,
+        want_payload,
+    )
+    .await
+}
+
+/// The proof of `raw_id` read from `store` for a reader who sees the tenants `sees` accepts
+/// (and may read payloads when `admin`): the route's, the console's and `oncegate explain`'s.
+pub(crate) async fn build_from(
+    store: &dyn Store,
+    sees: &(dyn Fn(&str) -> bool + Sync),
+    admin: bool,
+    raw_id: &str,
+    want_payload: bool,
+) -> Result<(ProofBody, ProofExtras), ApiError> {
     let missing = || ApiError::not_found(format!("No delivery {raw_id} exists."));
     let id: DeliveryId = raw_id.parse().map_err(|_| missing())?;
-    let delivery = match state.store.delivery(&id).await? {
-        Some(d) if caller.sees(&d.tenant) => d,
+    let delivery = match store.delivery(&id).await? {
+        Some(d) if sees(&d.tenant) => d,
         _ => return Err(missing()),
     };
-    if want_payload && !caller.is_admin() {
+    if want_payload && !admin {
         return Err(ApiError::forbidden(
             "Only an admin token may read a delivery's payload.",
         ));
     }
-    let proof = state.store.proof(&id).await?.ok_or_else(|| {
+    let proof = store.proof(&id).await?.ok_or_else(|| {
         ApiError::new(
             Problem::NotFound,
             "not_decided",
@@ -123,11 +143,11 @@ pub(crate) async fn build(
         )
     })?;
     let effect = match &proof.effect {
-        Some(e) => state.store.effect(e).await?,
+        Some(e) => store.effect(e).await?,
         None => None,
     };
     let queue_item = match &proof.queue_item {
-        Some(q) => state.store.queue_item(q).await?,
+        Some(q) => store.queue_item(q).await?,
         None => None,
     };
     let resolution = queue_item

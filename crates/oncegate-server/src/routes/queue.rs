@@ -147,13 +147,23 @@ pub(crate) async fn list(
     let now = state.now();
     let filter = filter_of(&q, caller.tenants.clone(), now)?;
     let page = state.store.queue_page(&filter).await?;
-    Ok(Json(QueueListBody {
+    Ok(Json(list_body(&page, now, &|t| caller.sees(t))))
+}
+
+/// A page of the queue as `GET /v1/queue` serves it, to a reader who sees the tenants `sees`
+/// accepts.
+pub(crate) fn list_body(
+    page: &oncegate_store::QueuePage,
+    now: OffsetDateTime,
+    sees: &dyn Fn(&str) -> bool,
+) -> QueueListBody {
+    QueueListBody {
         // The store filters by tenant in its query; checking again costs nothing and keeps a
         // restricted token's view closed even if a filter were ever dropped on the way.
         items: page
             .items
             .iter()
-            .filter(|i| caller.sees(&i.tenant))
+            .filter(|i| sees(&i.tenant))
             .map(|i| item_body(i, now))
             .collect(),
         next: page.next.as_ref().map(ToString::to_string),
@@ -161,7 +171,7 @@ pub(crate) async fn list(
             quarantine: counts_body(page.counts.quarantine),
             reconcile: counts_body(page.counts.reconcile),
         },
-    }))
+    }
 }
 
 fn already_resolved(item: &QueueItem) -> ApiError {

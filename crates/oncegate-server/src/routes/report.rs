@@ -96,12 +96,25 @@ pub(crate) async fn report(
         }
     };
     let report = state.store.report(&filter, since).await?;
+    Ok(Json(body(&report, since, &total_tenant, &|t| {
+        caller.sees(t)
+    })))
+}
+
+/// The report as `GET /v1/report` serves it, to a reader who sees the tenants `sees` accepts;
+/// the total's tenant is `total_tenant` (`*` for several), its provider and env `*`.
+pub(crate) fn body(
+    report: &oncegate_store::Report,
+    since: OffsetDateTime,
+    total_tenant: &str,
+    sees: &dyn Fn(&str) -> bool,
+) -> ReportBody {
     let rows = report
         .rows
         .iter()
         // The store filters by tenant in its query; checking again keeps a restricted token's
         // view closed even if a filter were ever dropped on the way.
-        .filter(|r| caller.sees(&r.tenant))
+        .filter(|r| sees(&r.tenant))
         .map(|r| {
             row(
                 &r.tenant,
@@ -112,10 +125,9 @@ pub(crate) async fn report(
             )
         })
         .collect();
-    let total = report.total;
-    Ok(Json(ReportBody {
+    ReportBody {
         since,
         rows,
-        total: row(&total_tenant, "*", "*", None, &total),
-    }))
+        total: row(total_tenant, "*", "*", None, &report.total),
+    }
 }
