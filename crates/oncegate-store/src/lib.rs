@@ -32,7 +32,6 @@ pub mod shadow;
 
 mod codes;
 mod nul;
-mod operations;
 mod plan;
 pub mod postgres;
 mod schema;

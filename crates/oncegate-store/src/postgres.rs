@@ -54,7 +54,6 @@ use crate::delivery::{
 };
 use crate::effect::{Claim, EffectRecord};
 use crate::error::StoreError;
-use crate::operations;
 use crate::plan::Scope;
 use crate::queue::{QueueFilter, QueueItem, QueuePage, Resolution};
 use crate::reconciliation::{self, MissingOperation, ReconcileAttempt, ResourceScope};
@@ -725,7 +724,7 @@ impl Store for PgStore {
                 client: &mut client,
                 serialization_failure: false,
             };
-            match operations::journal(&mut run, &id, &reception).await {
+            match crate::delivery::journal(&mut run, &id, &reception).await {
                 Ok(()) => break,
                 Err(_) if run.serialization_failure && attempt < MAX_TX_ATTEMPTS => {
                     retry_pause(attempt).await
@@ -736,7 +735,7 @@ impl Store for PgStore {
         self.journaled
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .keep(id.clone(), operations::journaled_scope(&reception));
+            .keep(id.clone(), crate::decision::journaled_scope(&reception));
         Ok(id)
     }
 
@@ -754,7 +753,7 @@ impl Store for PgStore {
                 client: &mut client,
                 serialization_failure: false,
             };
-            let result = operations::decide(&mut run, &request, known.clone(), |view| {
+            let result = crate::decision::decide(&mut run, &request, known.clone(), |view| {
                 matrix.decide(view)
             })
             .await;
@@ -780,7 +779,7 @@ impl Store for PgStore {
         result: &str,
         now: OffsetDateTime,
     ) -> Result<()> {
-        transaction!(self, true, |tx| operations::complete(
+        transaction!(self, true, |tx| crate::effect::complete(
             &mut tx, effect, token, result, now
         )
         .await)
@@ -794,7 +793,7 @@ impl Store for PgStore {
         error: &str,
         now: OffsetDateTime,
     ) -> Result<()> {
-        transaction!(self, true, |tx| operations::fail(
+        transaction!(self, true, |tx| crate::effect::fail(
             &mut tx, effect, token, retryable, error, now
         )
         .await)
@@ -807,14 +806,14 @@ impl Store for PgStore {
         lease: Duration,
         now: OffsetDateTime,
     ) -> Result<OffsetDateTime> {
-        transaction!(self, true, |tx| operations::heartbeat(
+        transaction!(self, true, |tx| crate::effect::heartbeat(
             &mut tx, effect, token, lease, now
         )
         .await)
     }
 
     async fn expire_leases(&self, now: OffsetDateTime) -> Result<Vec<EffectId>> {
-        let expired = transaction!(self, true, |tx| operations::expire_leases(&mut tx, now)
+        let expired = transaction!(self, true, |tx| reconciliation::expire_leases(&mut tx, now)
             .await)?;
         if !expired.is_empty() {
             if let Ok(client) = self.pool.get().await {
@@ -832,38 +831,36 @@ impl Store for PgStore {
     }
 
     async fn delivery(&self, id: &DeliveryId) -> Result<Option<DeliveryRecord>> {
-        transaction!(self, true, |tx| operations::delivery(&mut tx, id).await)
+        transaction!(self, true, |tx| crate::delivery::read(&mut tx, id).await)
     }
 
     async fn proof(&self, id: &DeliveryId) -> Result<Option<ProofRecord>> {
-        transaction!(self, true, |tx| operations::proof(&mut tx, id).await)
+        transaction!(self, true, |tx| crate::decision::proof(&mut tx, id).await)
     }
 
     async fn effect(&self, id: &EffectId) -> Result<Option<EffectRecord>> {
-        transaction!(self, true, |tx| operations::effect(&mut tx, id).await)
+        transaction!(self, true, |tx| crate::effect::read(&mut tx, id).await)
     }
 
     async fn deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<DeliverySummary>> {
-        transaction!(self, true, |tx| operations::deliveries(&mut tx, filter)
+        transaction!(self, true, |tx| crate::delivery::list(&mut tx, filter)
             .await)
     }
 
     async fn queue_list(&self, filter: &QueueFilter) -> Result<Vec<QueueItem>> {
-        transaction!(self, true, |tx| operations::queue_list(&mut tx, filter)
-            .await)
+        transaction!(self, true, |tx| crate::queue::list(&mut tx, filter).await)
     }
 
     async fn queue_page(&self, filter: &QueueFilter) -> Result<QueuePage> {
-        transaction!(self, true, |tx| operations::queue_page(&mut tx, filter)
-            .await)
+        transaction!(self, true, |tx| crate::queue::page(&mut tx, filter).await)
     }
 
     async fn queue_item(&self, id: &QueueItemId) -> Result<Option<QueueItem>> {
-        transaction!(self, true, |tx| operations::queue_item(&mut tx, id).await)
+        transaction!(self, true, |tx| crate::queue::item(&mut tx, id).await)
     }
 
     async fn resolve(&self, item: &QueueItemId, resolution: Resolution) -> Result<QueueItem> {
-        transaction!(self, true, |tx| operations::resolve(
+        transaction!(self, true, |tx| crate::queue::resolution::resolve(
             &mut tx,
             item,
             &resolution
@@ -878,15 +875,17 @@ impl Store for PgStore {
         lease: Duration,
         now: OffsetDateTime,
     ) -> Result<Option<Claim>> {
-        transaction!(self, true, |tx| operations::claim(
+        transaction!(self, true, |tx| crate::effect::claim(
             &mut tx, worker, tenants, lease, now
         )
         .await)
     }
 
     async fn report(&self, tenants: &TenantFilter, since: OffsetDateTime) -> Result<Report> {
-        transaction!(self, true, |tx| operations::report(&mut tx, tenants, since)
-            .await)
+        transaction!(self, true, |tx| crate::report::build(
+            &mut tx, tenants, since
+        )
+        .await)
     }
 
     async fn resource_effects(&self, scope: &ResourceScope) -> Result<Vec<EffectRecord>> {
@@ -959,8 +958,10 @@ impl Store for PgStore {
         now: OffsetDateTime,
         dry_run: bool,
     ) -> Result<PurgeCounts> {
-        transaction!(self, !dry_run, |tx| operations::purge(&mut tx, policy, now)
-            .await)
+        transaction!(self, !dry_run, |tx| crate::retention::purge(
+            &mut tx, policy, now
+        )
+        .await)
     }
 
     async fn breaker_record(

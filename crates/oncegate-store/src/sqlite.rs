@@ -41,7 +41,6 @@ use crate::delivery::{
 };
 use crate::effect::{Claim, EffectRecord};
 use crate::error::StoreError;
-use crate::operations;
 use crate::queue::{QueueFilter, QueueItem, QueuePage, Resolution};
 use crate::reconciliation::{self, MissingOperation, ReconcileAttempt, ResourceScope};
 use crate::report::Report;
@@ -544,7 +543,7 @@ impl Store for SqliteStore {
         let id = DeliveryId::from_u128(new_id(reception.received_at));
         let answer = id.clone();
         self.write(true, move |tx| {
-            now_or_never(operations::journal(tx, &id, &reception))
+            now_or_never(crate::delivery::journal(tx, &id, &reception))
         })
         .await?;
         Ok(answer)
@@ -555,7 +554,7 @@ impl Store for SqliteStore {
         // the batch, so nothing can change the view in between (it holds the write lock).
         let matrix = matrix.share();
         self.write(true, move |tx| {
-            now_or_never(operations::decide(tx, &request, None, |view| {
+            now_or_never(crate::decision::decide(tx, &request, None, |view| {
                 matrix.decide(view)
             }))
         })
@@ -571,7 +570,7 @@ impl Store for SqliteStore {
     ) -> Result<()> {
         let (effect, result) = (effect.clone(), result.to_owned());
         self.write(true, move |tx| {
-            now_or_never(operations::complete(tx, &effect, token, &result, now))
+            now_or_never(crate::effect::complete(tx, &effect, token, &result, now))
         })
         .await
     }
@@ -586,7 +585,9 @@ impl Store for SqliteStore {
     ) -> Result<()> {
         let (effect, error) = (effect.clone(), error.to_owned());
         self.write(true, move |tx| {
-            now_or_never(operations::fail(tx, &effect, token, retryable, &error, now))
+            now_or_never(crate::effect::fail(
+                tx, &effect, token, retryable, &error, now,
+            ))
         })
         .await
     }
@@ -600,64 +601,64 @@ impl Store for SqliteStore {
     ) -> Result<OffsetDateTime> {
         let effect = effect.clone();
         self.write(true, move |tx| {
-            now_or_never(operations::heartbeat(tx, &effect, token, lease, now))
+            now_or_never(crate::effect::heartbeat(tx, &effect, token, lease, now))
         })
         .await
     }
 
     async fn expire_leases(&self, now: OffsetDateTime) -> Result<Vec<EffectId>> {
         self.write(true, move |tx| {
-            now_or_never(operations::expire_leases(tx, now))
+            now_or_never(reconciliation::expire_leases(tx, now))
         })
         .await
     }
 
     async fn delivery(&self, id: &DeliveryId) -> Result<Option<DeliveryRecord>> {
         let id = id.clone();
-        self.read(move |tx| now_or_never(operations::delivery(tx, &id)))
+        self.read(move |tx| now_or_never(crate::delivery::read(tx, &id)))
             .await
     }
 
     async fn proof(&self, id: &DeliveryId) -> Result<Option<ProofRecord>> {
         let id = id.clone();
-        self.read(move |tx| now_or_never(operations::proof(tx, &id)))
+        self.read(move |tx| now_or_never(crate::decision::proof(tx, &id)))
             .await
     }
 
     async fn effect(&self, id: &EffectId) -> Result<Option<EffectRecord>> {
         let id = id.clone();
-        self.read(move |tx| now_or_never(operations::effect(tx, &id)))
+        self.read(move |tx| now_or_never(crate::effect::read(tx, &id)))
             .await
     }
 
     async fn deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<DeliverySummary>> {
         let filter = filter.clone();
-        self.read(move |tx| now_or_never(operations::deliveries(tx, &filter)))
+        self.read(move |tx| now_or_never(crate::delivery::list(tx, &filter)))
             .await
     }
 
     async fn queue_list(&self, filter: &QueueFilter) -> Result<Vec<QueueItem>> {
         let filter = filter.clone();
-        self.read(move |tx| now_or_never(operations::queue_list(tx, &filter)))
+        self.read(move |tx| now_or_never(crate::queue::list(tx, &filter)))
             .await
     }
 
     async fn queue_page(&self, filter: &QueueFilter) -> Result<QueuePage> {
         let filter = filter.clone();
-        self.read(move |tx| now_or_never(operations::queue_page(tx, &filter)))
+        self.read(move |tx| now_or_never(crate::queue::page(tx, &filter)))
             .await
     }
 
     async fn queue_item(&self, id: &QueueItemId) -> Result<Option<QueueItem>> {
         let id = id.clone();
-        self.read(move |tx| now_or_never(operations::queue_item(tx, &id)))
+        self.read(move |tx| now_or_never(crate::queue::item(tx, &id)))
             .await
     }
 
     async fn resolve(&self, item: &QueueItemId, resolution: Resolution) -> Result<QueueItem> {
         let item = item.clone();
         self.write(true, move |tx| {
-            now_or_never(operations::resolve(tx, &item, &resolution))
+            now_or_never(crate::queue::resolution::resolve(tx, &item, &resolution))
         })
         .await
     }
@@ -671,14 +672,14 @@ impl Store for SqliteStore {
     ) -> Result<Option<Claim>> {
         let (worker, tenants) = (worker.to_owned(), tenants.clone());
         self.write(true, move |tx| {
-            now_or_never(operations::claim(tx, &worker, &tenants, lease, now))
+            now_or_never(crate::effect::claim(tx, &worker, &tenants, lease, now))
         })
         .await
     }
 
     async fn report(&self, tenants: &TenantFilter, since: OffsetDateTime) -> Result<Report> {
         let tenants = tenants.clone();
-        self.read(move |tx| now_or_never(operations::report(tx, &tenants, since)))
+        self.read(move |tx| now_or_never(crate::report::build(tx, &tenants, since)))
             .await
     }
 
@@ -762,7 +763,7 @@ impl Store for SqliteStore {
     ) -> Result<PurgeCounts> {
         let policy = *policy;
         self.write(!dry_run, move |tx| {
-            now_or_never(operations::purge(tx, &policy, now))
+            now_or_never(crate::retention::purge(tx, &policy, now))
         })
         .await
     }
