@@ -78,6 +78,42 @@ const POOL_TIMEOUT: StdDuration = StdDuration::from_secs(5);
 /// claimers and deciders abort one another routinely, so there is room for many attempts.
 const MAX_TX_ATTEMPTS: usize = 16;
 
+/// Runs `attempt` until it does not lose a serialization race: a failure with SQLSTATE 40001
+/// (serialization failure) or 40P01 (deadlock) runs it again from the start, after a jittered
+/// pause, up to `MAX_TX_ATTEMPTS` attempts in all; any other outcome is returned as it is. Every
+/// call of the store goes through here, so each attempt must begin its own transaction (or be
+/// one statement).
+async fn retry<T, F, Fut>(mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut attempts = 1;
+    loop {
+        match attempt().await {
+            Err(e) if lost_race(&e) && attempts < MAX_TX_ATTEMPTS => {
+                retry_pause(attempts).await;
+                attempts += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Whether the store error is a transaction that lost a serialization race (its driver error
+/// is kept as its source).
+fn lost_race(e: &StoreError) -> bool {
+    match e {
+        StoreError::Unavailable {
+            source: Some(source),
+            ..
+        } => source
+            .downcast_ref::<tokio_postgres::Error>()
+            .is_some_and(is_serialization),
+        _ => false,
+    }
+}
+
 /// The pause before attempt `attempt + 1` of a transaction that lost a serialization race:
 /// exponential from 1 ms, capped at 64 ms, with full jitter so the losers of one collision do
 /// not collide again in lock step.
@@ -306,8 +342,6 @@ fn is_serialization(e: &tokio_postgres::Error) -> bool {
 /// A pooled connection inside a transaction the store opened.
 pub(crate) struct PgTx<'a> {
     tx: deadpool_postgres::Transaction<'a>,
-    /// Set when a statement hit a serialization failure, so the whole transaction is retried.
-    serialization_failure: bool,
 }
 
 fn as_sql(v: &Value) -> &(dyn ToSql + Sync) {
@@ -365,15 +399,6 @@ fn cells(row: &tokio_postgres::Row) -> Result<Row> {
     Ok(Row(out))
 }
 
-impl PgTx<'_> {
-    fn note(&mut self, e: tokio_postgres::Error) -> StoreError {
-        if is_serialization(&e) {
-            self.serialization_failure = true;
-        }
-        pg_err(e)
-    }
-}
-
 impl Tx for PgTx<'_> {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
@@ -382,13 +407,13 @@ impl Tx for PgTx<'_> {
     async fn exec(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
         let stmt = match self.tx.prepare_cached(sql).await {
             Ok(s) => s,
-            Err(e) => return Err(self.note(e)),
+            Err(e) => return Err(pg_err(e)),
         };
         let params = crate::nul::params(params);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
         match self.tx.execute(&stmt, &refs).await {
             Ok(n) => Ok(n),
-            Err(e) => Err(self.note(e)),
+            Err(e) => Err(pg_err(e)),
         }
     }
 
@@ -397,7 +422,7 @@ impl Tx for PgTx<'_> {
         for (sql, _) in statements {
             match self.tx.prepare_cached(sql).await {
                 Ok(s) => prepared.push(s),
-                Err(e) => return Err(self.note(e)),
+                Err(e) => return Err(pg_err(e)),
             }
         }
         let spelled: Vec<_> = statements
@@ -419,7 +444,7 @@ impl Tx for PgTx<'_> {
         for r in results {
             match r {
                 Ok(n) => counts.push(n),
-                Err(e) => return Err(self.note(e)),
+                Err(e) => return Err(pg_err(e)),
             }
         }
         Ok(counts)
@@ -428,13 +453,13 @@ impl Tx for PgTx<'_> {
     async fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
         let stmt = match self.tx.prepare_cached(sql).await {
             Ok(s) => s,
-            Err(e) => return Err(self.note(e)),
+            Err(e) => return Err(pg_err(e)),
         };
         let params = crate::nul::params(params);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
         match self.tx.query(&stmt, &refs).await {
             Ok(rows) => rows.iter().map(cells).collect(),
-            Err(e) => Err(self.note(e)),
+            Err(e) => Err(pg_err(e)),
         }
     }
 }
@@ -449,23 +474,15 @@ impl Tx for PgTx<'_> {
 /// half-way still leaves the connection outside any transaction.
 struct PgStatements<'a> {
     client: &'a mut deadpool_postgres::Object,
-    serialization_failure: bool,
 }
 
 impl PgStatements<'_> {
-    fn note(&mut self, e: tokio_postgres::Error) -> StoreError {
-        if is_serialization(&e) {
-            self.serialization_failure = true;
-        }
-        pg_err(e)
-    }
-
     async fn burst(&mut self, statements: &[&Statement]) -> Result<Vec<u64>> {
         let mut prepared = Vec::with_capacity(statements.len());
         for (sql, _) in statements {
             match self.client.prepare_cached(sql).await {
                 Ok(s) => prepared.push(s),
-                Err(e) => return Err(self.note(e)),
+                Err(e) => return Err(pg_err(e)),
             }
         }
         let spelled: Vec<_> = statements
@@ -490,18 +507,18 @@ impl PgStatements<'_> {
         )
         .await;
         if let Err(e) = begin {
-            return Err(self.note(e));
+            return Err(pg_err(e));
         }
         let mut counts = Vec::with_capacity(writes.len());
         for r in writes {
             match r {
                 Ok(n) => counts.push(n),
                 // The transaction aborted there, and the COMMIT after it rolled it back.
-                Err(e) => return Err(self.note(e)),
+                Err(e) => return Err(pg_err(e)),
             }
         }
         if let Err(e) = commit {
-            return Err(self.note(e));
+            return Err(pg_err(e));
         }
         Ok(counts)
     }
@@ -515,26 +532,26 @@ impl Tx for PgStatements<'_> {
     async fn exec(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
         let stmt = match self.client.prepare_cached(sql).await {
             Ok(s) => s,
-            Err(e) => return Err(self.note(e)),
+            Err(e) => return Err(pg_err(e)),
         };
         let params = crate::nul::params(params);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
         match self.client.execute(&stmt, &refs).await {
             Ok(n) => Ok(n),
-            Err(e) => Err(self.note(e)),
+            Err(e) => Err(pg_err(e)),
         }
     }
 
     async fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
         let stmt = match self.client.prepare_cached(sql).await {
             Ok(s) => s,
-            Err(e) => return Err(self.note(e)),
+            Err(e) => return Err(pg_err(e)),
         };
         let params = crate::nul::params(params);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
         match self.client.query(&stmt, &refs).await {
             Ok(rows) => rows.iter().map(cells).collect(),
-            Err(e) => Err(self.note(e)),
+            Err(e) => Err(pg_err(e)),
         }
     }
 
@@ -656,49 +673,28 @@ fn after_head(sql: &str) -> Result<String> {
     )))
 }
 
-/// Runs `$body` (which uses the transaction named `$tx`) in a fresh transaction, commits it
-/// (or rolls it back when `$keep` is false), and starts over on a serialization failure.
-/// A macro rather than a function because the body borrows the transaction it runs in.
+/// Runs `$body` (which uses the transaction named `$tx`) in a fresh transaction and commits it
+/// (or rolls it back when `$keep` is false), through `retry`. A macro rather than a function
+/// because the body borrows the transaction it runs in.
 macro_rules! transaction {
-    ($store:expr, $keep:expr, |$tx:ident| $body:expr) => {{
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
+    ($store:expr, $keep:expr, |$tx:ident| $body:expr) => {
+        retry(|| async {
             let mut client = $store.pool.get().await.map_err(pool_err)?;
             let raw = client.transaction().await.map_err(pg_err)?;
             #[allow(unused_mut)]
-            let mut $tx = PgTx {
-                tx: raw,
-                serialization_failure: false,
-            };
-            let result = $body;
-            let retry = $tx.serialization_failure && attempt < MAX_TX_ATTEMPTS;
-            match result {
-                Ok(value) => {
-                    let end = if $keep {
-                        $tx.tx.commit().await
-                    } else {
-                        $tx.tx.rollback().await
-                    };
-                    match end {
-                        Ok(()) => break Ok(value),
-                        Err(e) if is_serialization(&e) && attempt < MAX_TX_ATTEMPTS => {
-                            retry_pause(attempt).await;
-                            continue;
-                        }
-                        Err(e) => break Err(pg_err(e)),
-                    }
-                }
-                // Dropping the transaction rolls it back.
-                Err(_) if retry => {
-                    drop($tx);
-                    retry_pause(attempt).await;
-                    continue;
-                }
-                Err(e) => break Err(e),
+            let mut $tx = PgTx { tx: raw };
+            // On an error the transaction is dropped, which rolls it back.
+            let value = $body?;
+            if $keep {
+                $tx.tx.commit().await
+            } else {
+                $tx.tx.rollback().await
             }
-        }
-    }};
+            .map_err(pg_err)?;
+            Ok(value)
+        })
+        .await
+    };
 }
 
 #[async_trait::async_trait]
@@ -716,22 +712,14 @@ impl Store for PgStore {
     async fn journal(&self, reception: NewReception) -> Result<DeliveryId> {
         let id = DeliveryId::from_u128(new_id(reception.received_at));
         // One statement, atomic on its own: no BEGIN and COMMIT round trips around it.
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
+        retry(|| async {
             let mut client = self.pool.get().await.map_err(pool_err)?;
             let mut run = PgStatements {
                 client: &mut client,
-                serialization_failure: false,
             };
-            match crate::delivery::journal(&mut run, &id, &reception).await {
-                Ok(()) => break,
-                Err(_) if run.serialization_failure && attempt < MAX_TX_ATTEMPTS => {
-                    retry_pause(attempt).await
-                }
-                Err(e) => return Err(e),
-            }
-        }
+            crate::delivery::journal(&mut run, &id, &reception).await
+        })
+        .await?;
         self.journaled
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -745,31 +733,22 @@ impl Store for PgStore {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take(&request.delivery);
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
+        retry(|| async {
             let mut client = self.pool.get().await.map_err(pool_err)?;
             let mut run = PgStatements {
                 client: &mut client,
-                serialization_failure: false,
             };
-            let result = crate::decision::decide(&mut run, &request, known.clone(), |view| {
+            let outcome = crate::decision::decide(&mut run, &request, known.clone(), |view| {
                 matrix.decide(view)
             })
-            .await;
-            match result {
-                Err(_) if run.serialization_failure && attempt < MAX_TX_ATTEMPTS => {
-                    retry_pause(attempt).await
-                }
-                result => {
-                    if matches!(&result, Ok(o) if o.queue_item.is_some()) {
-                        // Committed: other instances' reconcilers may take it now.
-                        crate::wakeup::notify(&client).await;
-                    }
-                    return result;
-                }
+            .await?;
+            if outcome.queue_item.is_some() {
+                // Committed: other instances' reconcilers may take it now.
+                crate::wakeup::notify(&client).await;
             }
-        }
+            Ok(outcome)
+        })
+        .await
     }
 
     async fn complete(
