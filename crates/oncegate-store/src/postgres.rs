@@ -39,7 +39,9 @@ use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration as StdDuration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use deadpool_postgres::{
+    GenericClient, Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime,
+};
 use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
 use time::{Duration, OffsetDateTime};
 use tokio_postgres::error::SqlState;
@@ -339,9 +341,43 @@ fn is_serialization(e: &tokio_postgres::Error) -> bool {
 // ---------------------------------------------------------------------------------------------
 // The executor the shared operations run on
 
-/// A pooled connection inside a transaction the store opened.
-pub(crate) struct PgTx<'a> {
-    tx: deadpool_postgres::Transaction<'a>,
+/// Where the executor's statements run: a pooled connection on its own, where each statement
+/// is atomic by itself (the hot path, which pays no BEGIN or COMMIT), or a transaction the
+/// store opened on one (every other call).
+pub(crate) trait Session: GenericClient {
+    /// True inside a transaction the store opened and ends; false on a bare connection, where
+    /// `exec_all` brackets its statements in a transaction of its own.
+    const IN_TRANSACTION: bool;
+}
+
+impl Session for deadpool_postgres::Client {
+    const IN_TRANSACTION: bool = false;
+}
+
+impl Session for deadpool_postgres::Transaction<'_> {
+    const IN_TRANSACTION: bool = true;
+}
+
+/// The executor the shared operations run on, over a connection or a transaction alike.
+///
+/// A decision reads its view in one statement and writes everything in one more (`chained`);
+/// a write that loses a race writes nothing and the decision is read and run again. On a bare
+/// connection `exec_all` (not on the hot path) keeps its all-or-nothing meaning: BEGIN, the
+/// statements and COMMIT are queued on the connection at once, one round trip, and a caller
+/// that gives up half-way still leaves the connection outside any transaction.
+pub(crate) struct Executor<'c, C> {
+    client: &'c C,
+}
+
+impl<'c, C: Session> Executor<'c, C> {
+    pub(crate) fn new(client: &'c C) -> Self {
+        Executor { client }
+    }
+
+    /// The statement, prepared once per connection.
+    async fn prepare(&self, sql: &str) -> Result<tokio_postgres::Statement> {
+        self.client.prepare_cached(sql).await.map_err(pg_err)
+    }
 }
 
 fn as_sql(v: &Value) -> &(dyn ToSql + Sync) {
@@ -399,31 +435,35 @@ fn cells(row: &tokio_postgres::Row) -> Result<Row> {
     Ok(Row(out))
 }
 
-impl Tx for PgTx<'_> {
+/// Each statement's changed-row count, or the first statement's error.
+fn counts(results: Vec<std::result::Result<u64, tokio_postgres::Error>>) -> Result<Vec<u64>> {
+    results.into_iter().map(|r| r.map_err(pg_err)).collect()
+}
+
+impl<C: Session> Tx for Executor<'_, C> {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
     }
 
     async fn exec(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
-        let stmt = match self.tx.prepare_cached(sql).await {
-            Ok(s) => s,
-            Err(e) => return Err(pg_err(e)),
-        };
+        let stmt = self.prepare(sql).await?;
         let params = crate::nul::params(params);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
-        match self.tx.execute(&stmt, &refs).await {
-            Ok(n) => Ok(n),
-            Err(e) => Err(pg_err(e)),
-        }
+        self.client.execute(&stmt, &refs).await.map_err(pg_err)
+    }
+
+    async fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
+        let stmt = self.prepare(sql).await?;
+        let params = crate::nul::params(params);
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
+        let rows = self.client.query(&stmt, &refs).await.map_err(pg_err)?;
+        rows.iter().map(cells).collect()
     }
 
     async fn exec_all(&mut self, statements: &[Statement]) -> Result<Vec<u64>> {
         let mut prepared = Vec::with_capacity(statements.len());
         for (sql, _) in statements {
-            match self.tx.prepare_cached(sql).await {
-                Ok(s) => prepared.push(s),
-                Err(e) => return Err(pg_err(e)),
-            }
+            prepared.push(self.prepare(sql).await?);
         }
         let spelled: Vec<_> = statements
             .iter()
@@ -433,131 +473,31 @@ impl Tx for PgTx<'_> {
             .iter()
             .map(|params| params.iter().map(as_sql).collect())
             .collect();
-        // Polling all at once sends them back to back on the connection (pipelining); the
-        // server still runs them in order, inside the same transaction.
-        let tx = &self.tx;
-        let results = futures_util::future::join_all(
-            prepared.iter().zip(&refs).map(|(st, p)| tx.execute(st, p)),
-        )
-        .await;
-        let mut counts = Vec::with_capacity(results.len());
-        for r in results {
-            match r {
-                Ok(n) => counts.push(n),
-                Err(e) => return Err(pg_err(e)),
-            }
+        let client = self.client;
+        // Polling all at once sends them back to back on the connection (pipelining): each
+        // future queues its messages on its first poll, and the joins poll in order. The
+        // server still runs them in order.
+        let writes = futures_util::future::join_all(
+            prepared
+                .iter()
+                .zip(&refs)
+                .map(|(st, p)| client.execute(st, p)),
+        );
+        if C::IN_TRANSACTION {
+            return counts(writes.await);
         }
-        Ok(counts)
-    }
-
-    async fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
-        let stmt = match self.tx.prepare_cached(sql).await {
-            Ok(s) => s,
-            Err(e) => return Err(pg_err(e)),
-        };
-        let params = crate::nul::params(params);
-        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
-        match self.tx.query(&stmt, &refs).await {
-            Ok(rows) => rows.iter().map(cells).collect(),
-            Err(e) => Err(pg_err(e)),
-        }
-    }
-}
-
-/// The executor of the hot path (journal and decide), outside any explicit transaction: each
-/// statement is atomic on its own, so no BEGIN or COMMIT round trips are paid. A decision
-/// reads its view in one statement and writes everything in one more (`chained`); a write that
-/// loses a race writes nothing and the decision is read and run again.
-///
-/// `exec_all` (not on the hot path) keeps its all-or-nothing meaning: BEGIN, the statements and
-/// COMMIT are queued on the connection at once, one round trip, and a caller that gives up
-/// half-way still leaves the connection outside any transaction.
-struct PgStatements<'a> {
-    client: &'a mut deadpool_postgres::Object,
-}
-
-impl PgStatements<'_> {
-    async fn burst(&mut self, statements: &[&Statement]) -> Result<Vec<u64>> {
-        let mut prepared = Vec::with_capacity(statements.len());
-        for (sql, _) in statements {
-            match self.client.prepare_cached(sql).await {
-                Ok(s) => prepared.push(s),
-                Err(e) => return Err(pg_err(e)),
-            }
-        }
-        let spelled: Vec<_> = statements
-            .iter()
-            .map(|(_, params)| crate::nul::params(params))
-            .collect();
-        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = spelled
-            .iter()
-            .map(|params| params.iter().map(as_sql).collect())
-            .collect();
-        let client: &tokio_postgres::Client = self.client;
-        // Each future queues its messages on its first poll, and the joins poll in order.
         let (begin, writes, commit) = futures_util::future::join3(
             client.batch_execute("BEGIN"),
-            futures_util::future::join_all(
-                prepared
-                    .iter()
-                    .zip(&refs)
-                    .map(|(st, p)| client.execute(st, p)),
-            ),
+            writes,
             client.batch_execute("COMMIT"),
         )
         .await;
-        if let Err(e) = begin {
-            return Err(pg_err(e));
-        }
-        let mut counts = Vec::with_capacity(writes.len());
-        for r in writes {
-            match r {
-                Ok(n) => counts.push(n),
-                // The transaction aborted there, and the COMMIT after it rolled it back.
-                Err(e) => return Err(pg_err(e)),
-            }
-        }
-        if let Err(e) = commit {
-            return Err(pg_err(e));
-        }
+        begin.map_err(pg_err)?;
+        // A write that failed aborted the transaction there, and the COMMIT after it rolled it
+        // back: that write's error is the one to report.
+        let counts = counts(writes)?;
+        commit.map_err(pg_err)?;
         Ok(counts)
-    }
-}
-
-impl Tx for PgStatements<'_> {
-    fn dialect(&self) -> Dialect {
-        Dialect::Postgres
-    }
-
-    async fn exec(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
-        let stmt = match self.client.prepare_cached(sql).await {
-            Ok(s) => s,
-            Err(e) => return Err(pg_err(e)),
-        };
-        let params = crate::nul::params(params);
-        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
-        match self.client.execute(&stmt, &refs).await {
-            Ok(n) => Ok(n),
-            Err(e) => Err(pg_err(e)),
-        }
-    }
-
-    async fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
-        let stmt = match self.client.prepare_cached(sql).await {
-            Ok(s) => s,
-            Err(e) => return Err(pg_err(e)),
-        };
-        let params = crate::nul::params(params);
-        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
-        match self.client.query(&stmt, &refs).await {
-            Ok(rows) => rows.iter().map(cells).collect(),
-            Err(e) => Err(pg_err(e)),
-        }
-    }
-
-    async fn exec_all(&mut self, statements: &[Statement]) -> Result<Vec<u64>> {
-        let all: Vec<&Statement> = statements.iter().collect();
-        self.burst(&all).await
     }
 
     async fn write_decision(
@@ -681,14 +621,16 @@ macro_rules! transaction {
         retry(|| async {
             let mut client = $store.pool.get().await.map_err(pool_err)?;
             let raw = client.transaction().await.map_err(pg_err)?;
-            #[allow(unused_mut)]
-            let mut $tx = PgTx { tx: raw };
             // On an error the transaction is dropped, which rolls it back.
-            let value = $body?;
+            let value = {
+                #[allow(unused_mut)]
+                let mut $tx = Executor::new(&raw);
+                $body?
+            };
             if $keep {
-                $tx.tx.commit().await
+                raw.commit().await
             } else {
-                $tx.tx.rollback().await
+                raw.rollback().await
             }
             .map_err(pg_err)?;
             Ok(value)
@@ -713,10 +655,8 @@ impl Store for PgStore {
         let id = DeliveryId::from_u128(new_id(reception.received_at));
         // One statement, atomic on its own: no BEGIN and COMMIT round trips around it.
         retry(|| async {
-            let mut client = self.pool.get().await.map_err(pool_err)?;
-            let mut run = PgStatements {
-                client: &mut client,
-            };
+            let client = self.pool.get().await.map_err(pool_err)?;
+            let mut run = Executor::new(&client);
             crate::delivery::journal(&mut run, &id, &reception).await
         })
         .await?;
@@ -734,10 +674,8 @@ impl Store for PgStore {
             .unwrap_or_else(|p| p.into_inner())
             .take(&request.delivery);
         retry(|| async {
-            let mut client = self.pool.get().await.map_err(pool_err)?;
-            let mut run = PgStatements {
-                client: &mut client,
-            };
+            let client = self.pool.get().await.map_err(pool_err)?;
+            let mut run = Executor::new(&client);
             let outcome = crate::decision::decide(&mut run, &request, known.clone(), |view| {
                 matrix.decide(view)
             })
