@@ -32,6 +32,7 @@ pub mod shadow;
 
 mod codes;
 mod nul;
+mod operations;
 mod plan;
 pub mod postgres;
 mod schema;

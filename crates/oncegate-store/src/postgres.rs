@@ -42,28 +42,20 @@ use std::time::Duration as StdDuration;
 use deadpool_postgres::{
     GenericClient, Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime,
 };
-use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
-use time::{Duration, OffsetDateTime};
+use oncegate_core::ids::DeliveryId;
+use time::OffsetDateTime;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::NoTls;
 
-use crate::breaker::{self, Breaker, BreakerRecord, BreakerRule, BreakerScope};
 use crate::codes::{ms, new_id};
-use crate::decision::{DecideOutcome, DecideRequest, ProofRecord};
-use crate::delivery::{
-    DeliveryFilter, DeliveryRecord, DeliverySummary, NewReception, TenantFilter,
-};
-use crate::effect::{Claim, EffectRecord};
+use crate::decision::{DecideOutcome, DecideRequest};
+use crate::delivery::NewReception;
 use crate::error::StoreError;
 use crate::plan::Scope;
-use crate::queue::{QueueFilter, QueueItem, QueuePage, Resolution};
-use crate::reconciliation::{self, MissingOperation, ReconcileAttempt, ResourceScope};
-use crate::report::Report;
-use crate::retention::{PurgeCounts, PurgePolicy};
 use crate::schema;
 use crate::sql::{Cell, Dialect, Row, Statement, Tx, Value};
-use crate::{Matrix, Store};
+use crate::Matrix;
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -639,8 +631,14 @@ macro_rules! transaction {
     };
 }
 
-#[async_trait::async_trait]
-impl Store for PgStore {
+/// Runs one operation of `store_impl!`'s list in a transaction of its own (`transaction!`).
+macro_rules! run {
+    ($store:expr, $mode:ident, $keep:expr, [$($arg:ident: $ty:ty),*], $op:path, [$($call:expr),*]) => {
+        transaction!($store, $keep, |tx| $op(&mut tx, $($call),*).await)
+    };
+}
+
+crate::operations::store_impl!(PgStore, run, {
     fn backend(&self) -> &'static str {
         "postgres"
     }
@@ -689,49 +687,11 @@ impl Store for PgStore {
         .await
     }
 
-    async fn complete(
-        &self,
-        effect: &EffectId,
-        token: u64,
-        result: &str,
-        now: OffsetDateTime,
-    ) -> Result<()> {
-        transaction!(self, true, |tx| crate::effect::complete(
-            &mut tx, effect, token, result, now
-        )
-        .await)
-    }
-
-    async fn fail(
-        &self,
-        effect: &EffectId,
-        token: u64,
-        retryable: bool,
-        error: &str,
-        now: OffsetDateTime,
-    ) -> Result<()> {
-        transaction!(self, true, |tx| crate::effect::fail(
-            &mut tx, effect, token, retryable, error, now
-        )
-        .await)
-    }
-
-    async fn heartbeat(
-        &self,
-        effect: &EffectId,
-        token: u64,
-        lease: Duration,
-        now: OffsetDateTime,
-    ) -> Result<OffsetDateTime> {
-        transaction!(self, true, |tx| crate::effect::heartbeat(
-            &mut tx, effect, token, lease, now
-        )
-        .await)
-    }
-
     async fn expire_leases(&self, now: OffsetDateTime) -> Result<Vec<EffectId>> {
-        let expired = transaction!(self, true, |tx| reconciliation::expire_leases(&mut tx, now)
-            .await)?;
+        let expired = transaction!(self, true, |tx| crate::reconciliation::expire_leases(
+            &mut tx, now
+        )
+        .await)?;
         if !expired.is_empty() {
             if let Ok(client) = self.pool.get().await {
                 crate::wakeup::notify(&client).await;
@@ -746,241 +706,7 @@ impl Store for PgStore {
     ) -> Option<tokio::task::JoinHandle<()>> {
         Some(crate::wakeup::listen(self.config.clone(), wake))
     }
-
-    async fn delivery(&self, id: &DeliveryId) -> Result<Option<DeliveryRecord>> {
-        transaction!(self, true, |tx| crate::delivery::read(&mut tx, id).await)
-    }
-
-    async fn proof(&self, id: &DeliveryId) -> Result<Option<ProofRecord>> {
-        transaction!(self, true, |tx| crate::decision::proof(&mut tx, id).await)
-    }
-
-    async fn effect(&self, id: &EffectId) -> Result<Option<EffectRecord>> {
-        transaction!(self, true, |tx| crate::effect::read(&mut tx, id).await)
-    }
-
-    async fn deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<DeliverySummary>> {
-        transaction!(self, true, |tx| crate::delivery::list(&mut tx, filter)
-            .await)
-    }
-
-    async fn queue_list(&self, filter: &QueueFilter) -> Result<Vec<QueueItem>> {
-        transaction!(self, true, |tx| crate::queue::list(&mut tx, filter).await)
-    }
-
-    async fn queue_page(&self, filter: &QueueFilter) -> Result<QueuePage> {
-        transaction!(self, true, |tx| crate::queue::page(&mut tx, filter).await)
-    }
-
-    async fn queue_item(&self, id: &QueueItemId) -> Result<Option<QueueItem>> {
-        transaction!(self, true, |tx| crate::queue::item(&mut tx, id).await)
-    }
-
-    async fn resolve(&self, item: &QueueItemId, resolution: Resolution) -> Result<QueueItem> {
-        transaction!(self, true, |tx| crate::queue::resolution::resolve(
-            &mut tx,
-            item,
-            &resolution
-        )
-        .await)
-    }
-
-    async fn claim(
-        &self,
-        worker: &str,
-        tenants: &TenantFilter,
-        lease: Duration,
-        now: OffsetDateTime,
-    ) -> Result<Option<Claim>> {
-        transaction!(self, true, |tx| crate::effect::claim(
-            &mut tx, worker, tenants, lease, now
-        )
-        .await)
-    }
-
-    async fn report(&self, tenants: &TenantFilter, since: OffsetDateTime) -> Result<Report> {
-        transaction!(self, true, |tx| crate::report::build(
-            &mut tx, tenants, since
-        )
-        .await)
-    }
-
-    async fn resource_effects(&self, scope: &ResourceScope) -> Result<Vec<EffectRecord>> {
-        transaction!(self, true, |tx| reconciliation::resource_effects(
-            &mut tx, scope
-        )
-        .await)
-    }
-
-    async fn open_reconcile_items(&self, limit: u32) -> Result<Vec<QueueItem>> {
-        transaction!(self, true, |tx| reconciliation::open_reconcile_items(
-            &mut tx, limit
-        )
-        .await)
-    }
-
-    async fn record_reconcile_attempt(
-        &self,
-        item: &QueueItemId,
-        attempt: ReconcileAttempt,
-    ) -> Result<QueueItem> {
-        transaction!(self, true, |tx| reconciliation::record_attempt(
-            &mut tx, item, &attempt
-        )
-        .await)
-    }
-
-    async fn resolve_with_evidence(
-        &self,
-        item: &QueueItemId,
-        resolution: Resolution,
-        evidence: &str,
-    ) -> Result<QueueItem> {
-        transaction!(self, true, |tx| reconciliation::resolve_with_evidence(
-            &mut tx,
-            item,
-            &resolution,
-            evidence
-        )
-        .await)
-    }
-
-    async fn resources_seen(
-        &self,
-        provider: &str,
-        event_type: &str,
-        since: OffsetDateTime,
-    ) -> Result<Vec<ResourceScope>> {
-        transaction!(self, true, |tx| reconciliation::resources_seen(
-            &mut tx, provider, event_type, since
-        )
-        .await)
-    }
-
-    async fn record_missing(
-        &self,
-        scope: &ResourceScope,
-        missing: &[MissingOperation],
-        now: OffsetDateTime,
-    ) -> Result<u64> {
-        transaction!(self, true, |tx| reconciliation::record_missing(
-            &mut tx, scope, missing, now
-        )
-        .await)
-    }
-
-    async fn purge(
-        &self,
-        policy: &PurgePolicy,
-        now: OffsetDateTime,
-        dry_run: bool,
-    ) -> Result<PurgeCounts> {
-        transaction!(self, !dry_run, |tx| crate::retention::purge(
-            &mut tx, policy, now
-        )
-        .await)
-    }
-
-    async fn breaker_record(
-        &self,
-        scope: &BreakerScope,
-        collision: bool,
-        rule: &BreakerRule,
-        now: OffsetDateTime,
-    ) -> Result<BreakerRecord> {
-        transaction!(self, true, |tx| breaker::record(
-            &mut tx, scope, collision, rule, now
-        )
-        .await)
-    }
-
-    async fn breaker(
-        &self,
-        scope: &BreakerScope,
-        rule: &BreakerRule,
-        now: OffsetDateTime,
-    ) -> Result<Breaker> {
-        transaction!(self, true, |tx| breaker::read(&mut tx, scope, rule, now)
-            .await)
-    }
-
-    async fn breakers(&self, rule: &BreakerRule, now: OffsetDateTime) -> Result<Vec<Breaker>> {
-        transaction!(self, true, |tx| breaker::list(&mut tx, rule, now).await)
-    }
-
-    async fn breaker_close(
-        &self,
-        scope: &BreakerScope,
-        note: &str,
-        by: &str,
-        now: OffsetDateTime,
-    ) -> Result<Breaker> {
-        transaction!(self, true, |tx| breaker::close(
-            &mut tx, scope, note, by, now
-        )
-        .await)
-    }
-
-    async fn migration_sources(&self) -> Result<Vec<crate::alias::MigrationSource>> {
-        transaction!(self, true, |tx| crate::alias::migration_sources(&mut tx)
-            .await)
-    }
-
-    async fn record_alias(&self, alias: &crate::alias::NewAlias) -> Result<bool> {
-        transaction!(self, true, |tx| crate::alias::record_alias(&mut tx, alias)
-            .await)
-    }
-
-    async fn settle_unknown(
-        &self,
-        effect: &EffectId,
-        verified: &crate::settlement::Verified,
-        resolution: Resolution,
-        evidence: &str,
-    ) -> Result<Vec<QueueItem>> {
-        transaction!(self, true, |tx| crate::settlement::settle_verified(
-            &mut tx,
-            effect,
-            verified,
-            &resolution,
-            evidence
-        )
-        .await)
-    }
-
-    async fn rescope(
-        &self,
-        scopes: &[crate::rescope::OperationScope],
-    ) -> Result<crate::rescope::RescopeCounts> {
-        transaction!(self, true, |tx| crate::rescope::rescope(&mut tx, scopes)
-            .await)
-    }
-
-    async fn shadow_observe(
-        &self,
-        observation: &crate::shadow::ShadowObservation,
-    ) -> Result<Option<crate::shadow::ShadowPrior>> {
-        transaction!(self, true, |tx| crate::shadow::observe(
-            &mut tx,
-            observation
-        )
-        .await)
-    }
-
-    async fn shadow_disagreement(&self, d: &crate::shadow::ShadowDisagreement) -> Result<()> {
-        transaction!(self, true, |tx| crate::shadow::record_disagreement(
-            &mut tx, d
-        )
-        .await)
-    }
-
-    async fn shadow_counts(
-        &self,
-        since: OffsetDateTime,
-    ) -> Result<Vec<crate::shadow::ShadowCount>> {
-        transaction!(self, true, |tx| crate::shadow::counts(&mut tx, since).await)
-    }
-}
+});
 
 #[cfg(test)]
 mod tests {

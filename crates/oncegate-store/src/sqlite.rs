@@ -17,7 +17,7 @@
 //! thread, which reads the view, runs the matrix and applies the decision in the item's
 //! SAVEPOINT, so a decision costs one hop to the writer and one read of the view.
 
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -27,27 +27,20 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, ErrorCode, ToSql};
 use time::{Duration, OffsetDateTime};
 use tokio::sync::oneshot;
 
-use crate::breaker::{self, Breaker, BreakerRecord, BreakerRule, BreakerScope};
 use crate::codes::{ms, new_id};
-use crate::decision::{DecideOutcome, DecideRequest, ProofRecord};
-use crate::delivery::{
-    DeliveryFilter, DeliveryRecord, DeliverySummary, NewReception, TenantFilter,
-};
-use crate::effect::{Claim, EffectRecord};
+use crate::decision::{DecideOutcome, DecideRequest};
+use crate::delivery::NewReception;
 use crate::error::StoreError;
-use crate::queue::{QueueFilter, QueueItem, QueuePage, Resolution};
-use crate::reconciliation::{self, MissingOperation, ReconcileAttempt, ResourceScope};
-use crate::report::Report;
-use crate::retention::{PurgeCounts, PurgePolicy};
+use crate::queue::Resolution;
+use crate::reconciliation::ReconcileAttempt;
 use crate::schema;
 use crate::sql::{Cell, Dialect, Row, Statement, Tx, Value};
-use crate::{Matrix, Store};
+use crate::Matrix;
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -527,8 +520,98 @@ fn run_batch(conn: &mut Connection, mut batch: Vec<Box<dyn WriteJob>>) {
 // ---------------------------------------------------------------------------------------------
 // The store
 
-#[async_trait::async_trait]
-impl Store for SqliteStore {
+/// A `Store` call's argument on its way to the reader or writer threads, which can hold no
+/// borrow of the caller's: owned for the trip, then lent back to the operation in the form the
+/// call took it (a reference as a reference, a value as a value, an owned value by reference).
+trait Carry {
+    type Owned: Send + 'static;
+    type Lent<'a>;
+    fn own(self) -> Self::Owned;
+    fn lend(owned: &Self::Owned) -> Self::Lent<'_>;
+}
+
+impl<T> Carry for &T
+where
+    T: ToOwned + ?Sized + 'static,
+    T::Owned: Send,
+{
+    type Owned = T::Owned;
+    type Lent<'a> = &'a T;
+
+    fn own(self) -> T::Owned {
+        self.to_owned()
+    }
+
+    fn lend(owned: &T::Owned) -> &T {
+        owned.borrow()
+    }
+}
+
+/// Small values the operations take by value.
+macro_rules! carried_as_copies {
+    ($($t:ty),*) => {$(
+        impl Carry for $t {
+            type Owned = $t;
+            type Lent<'a> = $t;
+
+            fn own(self) -> $t {
+                self
+            }
+
+            fn lend(owned: &$t) -> $t {
+                *owned
+            }
+        }
+    )*};
+}
+
+carried_as_copies!(bool, u32, u64, Duration, OffsetDateTime);
+
+/// Values a call takes by value and its operation by reference.
+macro_rules! carried_as_references {
+    ($($t:ty),*) => {$(
+        impl Carry for $t {
+            type Owned = $t;
+            type Lent<'a> = &'a $t;
+
+            fn own(self) -> $t {
+                self
+            }
+
+            fn lend(owned: &$t) -> &$t {
+                owned
+            }
+        }
+    )*};
+}
+
+carried_as_references!(Resolution, ReconcileAttempt);
+
+/// Runs one operation of `store_impl!`'s list: its arguments carried (`Carry`) to a reader, or
+/// to the writer's next batch.
+macro_rules! run {
+    ($store:expr, read, $keep:expr, [$($arg:ident: $ty:ty),*], $op:path, [$($call:expr),*]) => {{
+        $(let $arg = <$ty as Carry>::own($arg);)*
+        $store
+            .read(move |tx| {
+                $(#[allow(unused_variables)] let $arg = <$ty as Carry>::lend(&$arg);)*
+                now_or_never($op(tx, $($call),*))
+            })
+            .await
+    }};
+    ($store:expr, write, $keep:expr, [$($arg:ident: $ty:ty),*], $op:path, [$($call:expr),*]) => {{
+        let keep = $keep;
+        $(let $arg = <$ty as Carry>::own($arg);)*
+        $store
+            .write(keep, move |tx| {
+                $(#[allow(unused_variables)] let $arg = <$ty as Carry>::lend(&$arg);)*
+                now_or_never($op(tx, $($call),*))
+            })
+            .await
+    }};
+}
+
+crate::operations::store_impl!(SqliteStore, run, {
     fn backend(&self) -> &'static str {
         "sqlite"
     }
@@ -561,324 +644,10 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn complete(
-        &self,
-        effect: &EffectId,
-        token: u64,
-        result: &str,
-        now: OffsetDateTime,
-    ) -> Result<()> {
-        let (effect, result) = (effect.clone(), result.to_owned());
-        self.write(true, move |tx| {
-            now_or_never(crate::effect::complete(tx, &effect, token, &result, now))
-        })
-        .await
-    }
-
-    async fn fail(
-        &self,
-        effect: &EffectId,
-        token: u64,
-        retryable: bool,
-        error: &str,
-        now: OffsetDateTime,
-    ) -> Result<()> {
-        let (effect, error) = (effect.clone(), error.to_owned());
-        self.write(true, move |tx| {
-            now_or_never(crate::effect::fail(
-                tx, &effect, token, retryable, &error, now,
-            ))
-        })
-        .await
-    }
-
-    async fn heartbeat(
-        &self,
-        effect: &EffectId,
-        token: u64,
-        lease: Duration,
-        now: OffsetDateTime,
-    ) -> Result<OffsetDateTime> {
-        let effect = effect.clone();
-        self.write(true, move |tx| {
-            now_or_never(crate::effect::heartbeat(tx, &effect, token, lease, now))
-        })
-        .await
-    }
-
     async fn expire_leases(&self, now: OffsetDateTime) -> Result<Vec<EffectId>> {
         self.write(true, move |tx| {
-            now_or_never(reconciliation::expire_leases(tx, now))
+            now_or_never(crate::reconciliation::expire_leases(tx, now))
         })
         .await
     }
-
-    async fn delivery(&self, id: &DeliveryId) -> Result<Option<DeliveryRecord>> {
-        let id = id.clone();
-        self.read(move |tx| now_or_never(crate::delivery::read(tx, &id)))
-            .await
-    }
-
-    async fn proof(&self, id: &DeliveryId) -> Result<Option<ProofRecord>> {
-        let id = id.clone();
-        self.read(move |tx| now_or_never(crate::decision::proof(tx, &id)))
-            .await
-    }
-
-    async fn effect(&self, id: &EffectId) -> Result<Option<EffectRecord>> {
-        let id = id.clone();
-        self.read(move |tx| now_or_never(crate::effect::read(tx, &id)))
-            .await
-    }
-
-    async fn deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<DeliverySummary>> {
-        let filter = filter.clone();
-        self.read(move |tx| now_or_never(crate::delivery::list(tx, &filter)))
-            .await
-    }
-
-    async fn queue_list(&self, filter: &QueueFilter) -> Result<Vec<QueueItem>> {
-        let filter = filter.clone();
-        self.read(move |tx| now_or_never(crate::queue::list(tx, &filter)))
-            .await
-    }
-
-    async fn queue_page(&self, filter: &QueueFilter) -> Result<QueuePage> {
-        let filter = filter.clone();
-        self.read(move |tx| now_or_never(crate::queue::page(tx, &filter)))
-            .await
-    }
-
-    async fn queue_item(&self, id: &QueueItemId) -> Result<Option<QueueItem>> {
-        let id = id.clone();
-        self.read(move |tx| now_or_never(crate::queue::item(tx, &id)))
-            .await
-    }
-
-    async fn resolve(&self, item: &QueueItemId, resolution: Resolution) -> Result<QueueItem> {
-        let item = item.clone();
-        self.write(true, move |tx| {
-            now_or_never(crate::queue::resolution::resolve(tx, &item, &resolution))
-        })
-        .await
-    }
-
-    async fn claim(
-        &self,
-        worker: &str,
-        tenants: &TenantFilter,
-        lease: Duration,
-        now: OffsetDateTime,
-    ) -> Result<Option<Claim>> {
-        let (worker, tenants) = (worker.to_owned(), tenants.clone());
-        self.write(true, move |tx| {
-            now_or_never(crate::effect::claim(tx, &worker, &tenants, lease, now))
-        })
-        .await
-    }
-
-    async fn report(&self, tenants: &TenantFilter, since: OffsetDateTime) -> Result<Report> {
-        let tenants = tenants.clone();
-        self.read(move |tx| now_or_never(crate::report::build(tx, &tenants, since)))
-            .await
-    }
-
-    async fn resource_effects(&self, scope: &ResourceScope) -> Result<Vec<EffectRecord>> {
-        let scope = scope.clone();
-        self.read(move |tx| now_or_never(reconciliation::resource_effects(tx, &scope)))
-            .await
-    }
-
-    async fn open_reconcile_items(&self, limit: u32) -> Result<Vec<QueueItem>> {
-        self.read(move |tx| now_or_never(reconciliation::open_reconcile_items(tx, limit)))
-            .await
-    }
-
-    async fn record_reconcile_attempt(
-        &self,
-        item: &QueueItemId,
-        attempt: ReconcileAttempt,
-    ) -> Result<QueueItem> {
-        let item = item.clone();
-        self.write(true, move |tx| {
-            now_or_never(reconciliation::record_attempt(tx, &item, &attempt))
-        })
-        .await
-    }
-
-    async fn resolve_with_evidence(
-        &self,
-        item: &QueueItemId,
-        resolution: Resolution,
-        evidence: &str,
-    ) -> Result<QueueItem> {
-        let (item, evidence) = (item.clone(), evidence.to_owned());
-        self.write(true, move |tx| {
-            now_or_never(reconciliation::resolve_with_evidence(
-                tx,
-                &item,
-                &resolution,
-                &evidence,
-            ))
-        })
-        .await
-    }
-
-    async fn resources_seen(
-        &self,
-        provider: &str,
-        event_type: &str,
-        since: OffsetDateTime,
-    ) -> Result<Vec<ResourceScope>> {
-        let (provider, event_type) = (provider.to_owned(), event_type.to_owned());
-        self.read(move |tx| {
-            now_or_never(reconciliation::resources_seen(
-                tx,
-                &provider,
-                &event_type,
-                since,
-            ))
-        })
-        .await
-    }
-
-    async fn record_missing(
-        &self,
-        scope: &ResourceScope,
-        missing: &[MissingOperation],
-        now: OffsetDateTime,
-    ) -> Result<u64> {
-        let (scope, missing) = (scope.clone(), missing.to_vec());
-        self.write(true, move |tx| {
-            now_or_never(reconciliation::record_missing(tx, &scope, &missing, now))
-        })
-        .await
-    }
-
-    async fn purge(
-        &self,
-        policy: &PurgePolicy,
-        now: OffsetDateTime,
-        dry_run: bool,
-    ) -> Result<PurgeCounts> {
-        let policy = *policy;
-        self.write(!dry_run, move |tx| {
-            now_or_never(crate::retention::purge(tx, &policy, now))
-        })
-        .await
-    }
-
-    async fn breaker_record(
-        &self,
-        scope: &BreakerScope,
-        collision: bool,
-        rule: &BreakerRule,
-        now: OffsetDateTime,
-    ) -> Result<BreakerRecord> {
-        let (scope, rule) = (scope.clone(), *rule);
-        self.write(true, move |tx| {
-            now_or_never(breaker::record(tx, &scope, collision, &rule, now))
-        })
-        .await
-    }
-
-    async fn breaker(
-        &self,
-        scope: &BreakerScope,
-        rule: &BreakerRule,
-        now: OffsetDateTime,
-    ) -> Result<Breaker> {
-        let (scope, rule) = (scope.clone(), *rule);
-        self.read(move |tx| now_or_never(breaker::read(tx, &scope, &rule, now)))
-            .await
-    }
-
-    async fn breakers(&self, rule: &BreakerRule, now: OffsetDateTime) -> Result<Vec<Breaker>> {
-        let rule = *rule;
-        self.read(move |tx| now_or_never(breaker::list(tx, &rule, now)))
-            .await
-    }
-
-    async fn breaker_close(
-        &self,
-        scope: &BreakerScope,
-        note: &str,
-        by: &str,
-        now: OffsetDateTime,
-    ) -> Result<Breaker> {
-        let (scope, note, by) = (scope.clone(), note.to_owned(), by.to_owned());
-        self.write(true, move |tx| {
-            now_or_never(breaker::close(tx, &scope, &note, &by, now))
-        })
-        .await
-    }
-
-    async fn migration_sources(&self) -> Result<Vec<crate::alias::MigrationSource>> {
-        self.read(move |tx| now_or_never(crate::alias::migration_sources(tx)))
-            .await
-    }
-
-    async fn record_alias(&self, alias: &crate::alias::NewAlias) -> Result<bool> {
-        let alias = alias.clone();
-        self.write(true, move |tx| {
-            now_or_never(crate::alias::record_alias(tx, &alias))
-        })
-        .await
-    }
-
-    async fn settle_unknown(
-        &self,
-        effect: &EffectId,
-        verified: &crate::settlement::Verified,
-        resolution: Resolution,
-        evidence: &str,
-    ) -> Result<Vec<QueueItem>> {
-        let (effect, verified, evidence) = (effect.clone(), verified.clone(), evidence.to_owned());
-        self.write(true, move |tx| {
-            now_or_never(crate::settlement::settle_verified(
-                tx,
-                &effect,
-                &verified,
-                &resolution,
-                &evidence,
-            ))
-        })
-        .await
-    }
-
-    async fn rescope(
-        &self,
-        scopes: &[crate::rescope::OperationScope],
-    ) -> Result<crate::rescope::RescopeCounts> {
-        let scopes = scopes.to_vec();
-        self.write(true, move |tx| {
-            now_or_never(crate::rescope::rescope(tx, &scopes))
-        })
-        .await
-    }
-
-    async fn shadow_observe(
-        &self,
-        observation: &crate::shadow::ShadowObservation,
-    ) -> Result<Option<crate::shadow::ShadowPrior>> {
-        let o = observation.clone();
-        self.write(true, move |tx| now_or_never(crate::shadow::observe(tx, &o)))
-            .await
-    }
-
-    async fn shadow_disagreement(&self, d: &crate::shadow::ShadowDisagreement) -> Result<()> {
-        let d = d.clone();
-        self.write(true, move |tx| {
-            now_or_never(crate::shadow::record_disagreement(tx, &d))
-        })
-        .await
-    }
-
-    async fn shadow_counts(
-        &self,
-        since: OffsetDateTime,
-    ) -> Result<Vec<crate::shadow::ShadowCount>> {
-        self.read(move |tx| now_or_never(crate::shadow::counts(tx, since)))
-            .await
-    }
-}
+});
