@@ -2,7 +2,7 @@
 //!
 //! All writes go through one dedicated writer thread that owns the only writing connection and
 //! receives work on a channel. It takes every request waiting in the channel (waiting briefly
-//! for the callers of its last batch to come back, see `writer_loop`), runs each in its own
+//! for the callers of its last batch to come back, see `writer`), runs each in its own
 //! SAVEPOINT inside one transaction, commits once, and only then answers every caller.
 //!
 //! Why batch: with `synchronous=FULL` every commit costs an fsync, which dominates the cost of
@@ -16,19 +16,17 @@
 //! decision is not a read followed by a write: the caller's matrix is shared into the writer
 //! thread, which reads the view, runs the matrix and applies the decision in the item's
 //! SAVEPOINT, so a decision costs one hop to the writer and one read of the view.
+//!
+//! `executor` runs the shared operations on a connection; `writer` is the writer thread and its
+//! batches; here are the store, its readers, and how a listed call's arguments travel to either
+//! (`Carry`).
 
-use std::borrow::{Borrow, Cow};
-use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::borrow::Borrow;
 use std::path::{Path, PathBuf};
-use std::pin::pin;
 use std::sync::{mpsc, Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
 use std::thread::JoinHandle;
-use std::time::Instant;
 
-use rusqlite::types::{ToSqlOutput, ValueRef};
-use rusqlite::{Connection, ErrorCode, ToSql};
+use rusqlite::{Connection, ErrorCode};
 use time::{Duration, OffsetDateTime};
 use tokio::sync::oneshot;
 
@@ -39,18 +37,15 @@ use crate::error::StoreError;
 use crate::queue::Resolution;
 use crate::reconciliation::ReconcileAttempt;
 use crate::schema;
-use crate::sql::{Cell, Dialect, Row, Statement, Tx, Value};
 use crate::Matrix;
 
+mod executor;
+mod writer;
+
+use executor::{now_or_never, SqliteTx};
+use writer::{writer_loop, Pending, WriteJob};
+
 type Result<T> = std::result::Result<T, StoreError>;
-
-/// The most requests one group commit takes; beyond it the next batch starts, so one huge
-/// burst cannot hold every caller behind a single long transaction.
-const MAX_BATCH: usize = 512;
-
-/// The longest the writer waits for the callers of its last batch to come back before it
-/// starts the next one (see `writer_loop`); well under the cost of the commit it saves.
-const GATHER: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// Reads running at once, each on its own connection kept open for reuse. Opening a SQLite
 /// connection costs far more than a read, so concurrent readers wait for a connection rather
@@ -243,125 +238,6 @@ fn migrate(conn: &mut Connection) -> Result<()> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The executor the shared operations run on
-
-/// A SQLite connection inside a transaction the store opened.
-pub(crate) struct SqliteTx<'a> {
-    conn: &'a mut Connection,
-}
-
-impl ToSql for Value {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(match self {
-            Value::Text(Some(s)) => ToSqlOutput::Borrowed(ValueRef::Text(s.as_bytes())),
-            Value::Int(Some(v)) => ToSqlOutput::Owned(rusqlite::types::Value::Integer(*v)),
-            Value::Bool(b) => ToSqlOutput::Owned(rusqlite::types::Value::Integer(i64::from(*b))),
-            Value::Bytes(Some(b)) => ToSqlOutput::Borrowed(ValueRef::Blob(b)),
-            Value::Text(None) | Value::Int(None) | Value::Bytes(None) => {
-                ToSqlOutput::Owned(rusqlite::types::Value::Null)
-            }
-        })
-    }
-}
-
-/// The shared statements use PostgreSQL's `$1`; SQLite's numbered form is `?1`.
-fn placeholders(sql: &str) -> Cow<'_, str> {
-    if sql.contains('$') {
-        Cow::Owned(sql.replace('$', "?"))
-    } else {
-        Cow::Borrowed(sql)
-    }
-}
-
-impl SqliteTx<'_> {
-    fn exec_now(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&placeholders(sql))
-            .map_err(sqlite_err)?;
-        let n = stmt
-            .execute(rusqlite::params_from_iter(params.iter()))
-            .map_err(sqlite_err)?;
-        Ok(n as u64)
-    }
-
-    fn query_now(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&placeholders(sql))
-            .map_err(sqlite_err)?;
-        let columns = stmt.column_count();
-        let mut rows = stmt
-            .query(rusqlite::params_from_iter(params.iter()))
-            .map_err(sqlite_err)?;
-        let mut out = Vec::new();
-        while let Some(row) = rows.next().map_err(sqlite_err)? {
-            let mut cells = Vec::with_capacity(columns);
-            for i in 0..columns {
-                cells.push(match row.get_ref(i).map_err(sqlite_err)? {
-                    ValueRef::Null => Cell::Null,
-                    ValueRef::Integer(v) => Cell::Int(v),
-                    ValueRef::Real(v) => Cell::Int(v as i64),
-                    ValueRef::Text(t) => Cell::Text(String::from_utf8_lossy(t).into_owned()),
-                    ValueRef::Blob(b) => Cell::Bytes(b.to_vec()),
-                });
-            }
-            out.push(Row(cells));
-        }
-        Ok(out)
-    }
-}
-
-impl Tx for SqliteTx<'_> {
-    fn dialect(&self) -> Dialect {
-        Dialect::Sqlite
-    }
-
-    fn exec(&mut self, sql: &str, params: &[Value]) -> impl Future<Output = Result<u64>> + Send {
-        std::future::ready(self.exec_now(sql, params))
-    }
-
-    fn query(
-        &mut self,
-        sql: &str,
-        params: &[Value],
-    ) -> impl Future<Output = Result<Vec<Row>>> + Send {
-        std::future::ready(self.query_now(sql, params))
-    }
-
-    fn exec_all(
-        &mut self,
-        statements: &[Statement],
-    ) -> impl Future<Output = Result<Vec<u64>>> + Send {
-        std::future::ready(
-            statements
-                .iter()
-                .map(|(sql, params)| self.exec_now(sql, params))
-                .collect(),
-        )
-    }
-}
-
-struct NoopWake;
-
-impl Wake for NoopWake {
-    fn wake(self: Arc<Self>) {}
-}
-
-/// Runs a shared operation on SQLite. Its statements complete synchronously, so the future is
-/// ready on its first poll; one that is not would be a bug, reported rather than spun on.
-fn now_or_never<T>(fut: impl Future<Output = Result<T>>) -> Result<T> {
-    let waker = Waker::from(Arc::new(NoopWake));
-    let mut cx = Context::from_waker(&waker);
-    match pin!(fut).poll(&mut cx) {
-        Poll::Ready(r) => r,
-        Poll::Pending => Err(StoreError::Corrupt(
-            "a SQLite operation waited, which it never should".to_owned(),
-        )),
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Readers
 
 struct Readers {
@@ -386,134 +262,6 @@ impl Readers {
             idle.push(conn);
         }
         result
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The writer
-
-/// One request to the writer, type-erased so different operations share the channel.
-trait WriteJob: Send {
-    /// Runs inside the batch transaction; returns whether its writes are to be kept.
-    fn run(&mut self, conn: &mut Connection) -> bool;
-    /// Answers the caller once the batch's fate is known (`Some(cause)` if it did not commit).
-    fn answer(self: Box<Self>, failure: Option<&str>);
-}
-
-struct Pending<T, F> {
-    work: Option<F>,
-    keep: bool,
-    result: Option<Result<T>>,
-    reply: oneshot::Sender<Result<T>>,
-}
-
-impl<T, F> WriteJob for Pending<T, F>
-where
-    T: Send + 'static,
-    F: FnOnce(&mut SqliteTx<'_>) -> Result<T> + Send + 'static,
-{
-    fn run(&mut self, conn: &mut Connection) -> bool {
-        let Some(work) = self.work.take() else {
-            return false;
-        };
-        // A panicking item must not take the writer (and every other caller) down with it.
-        let result = catch_unwind(AssertUnwindSafe(|| work(&mut SqliteTx { conn })))
-            .unwrap_or_else(|_| {
-                Err(StoreError::Corrupt(
-                    "a write failed unexpectedly and was rolled back".to_owned(),
-                ))
-            });
-        let keep = self.keep && result.is_ok();
-        self.result = Some(result);
-        keep
-    }
-
-    fn answer(self: Box<Self>, failure: Option<&str>) {
-        let this = *self;
-        let answer = match (this.result, failure) {
-            // An item that failed on its own keeps its own error, whatever became of the batch.
-            (Some(Err(e)), _) => Err(e),
-            (Some(Ok(v)), None) => Ok(v),
-            (_, Some(cause)) => Err(StoreError::unavailable_plain(cause)),
-            (None, None) => Err(StoreError::unavailable_plain("the write was not run")),
-        };
-        let _ = this.reply.send(answer);
-    }
-}
-
-fn writer_loop(mut conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteJob>>) {
-    // The callers answered by the last commit usually come straight back with their next
-    // request, but one at a time: starting the next batch with only the first of them would
-    // pay a whole commit (an fsync) for a handful of items while the rest queue behind it.
-    // So the writer gathers until as many requests as the last batch held are in, or for at
-    // most `GATHER`. A lone caller (a batch of one) never waits.
-    let mut expected = 1;
-    while let Ok(first) = jobs.recv() {
-        let mut batch = vec![first];
-        let deadline = Instant::now() + GATHER;
-        while batch.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(mpsc::TryRecvError::Disconnected) => break,
-                Err(mpsc::TryRecvError::Empty) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if batch.len() >= expected || left.is_zero() {
-                        break;
-                    }
-                    match jobs.recv_timeout(left) {
-                        Ok(job) => batch.push(job),
-                        Err(_) => break,
-                    }
-                }
-            }
-        }
-        expected = batch.len();
-        run_batch(&mut conn, batch);
-    }
-}
-
-fn short_cause(e: rusqlite::Error) -> String {
-    match sqlite_err(e) {
-        StoreError::Unavailable { cause, .. } => cause,
-        other => other.to_string(),
-    }
-}
-
-fn run_batch(conn: &mut Connection, mut batch: Vec<Box<dyn WriteJob>>) {
-    let mut failure: Option<String> = conn.execute_batch("BEGIN IMMEDIATE").err().map(short_cause);
-    if failure.is_none() {
-        for job in batch.iter_mut() {
-            // Some errors (a full disk, an I/O error) make SQLite roll the whole transaction
-            // back; running further items would then commit them one by one, outside the
-            // batch's all-or-nothing answer, so the batch stops there.
-            if conn.is_autocommit() {
-                failure = Some("the transaction was aborted by the database".to_owned());
-                break;
-            }
-            if let Err(e) = conn.execute_batch("SAVEPOINT item") {
-                failure = Some(short_cause(e));
-                break;
-            }
-            let keep = job.run(conn);
-            let end = if keep {
-                conn.execute_batch("RELEASE item")
-            } else {
-                conn.execute_batch("ROLLBACK TO item; RELEASE item")
-            };
-            if let Err(e) = end {
-                failure = Some(short_cause(e));
-                break;
-            }
-        }
-    }
-    if failure.is_none() {
-        failure = conn.execute_batch("COMMIT").err().map(short_cause);
-    }
-    if failure.is_some() && !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
-    }
-    for job in batch {
-        job.answer(failure.as_deref());
     }
 }
 
