@@ -110,7 +110,7 @@ pub struct EffectKey {
     pub discriminants: BTreeMap<String, String>,
 }
 
-/// Everything the store needs to decide one journaled delivery in one transaction.
+/// Everything the store needs to decide one journaled delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecideRequest {
     pub delivery: DeliveryId,
@@ -150,8 +150,8 @@ pub struct PriorEffect {
     pub indexed: bool,
 }
 
-/// What the store knows about a delivery's transport key and effect key, read inside the
-/// decision transaction and handed to the (pure) decision matrix.
+/// What the store knows about a delivery's transport key and effect key, read in one statement
+/// by the decision and handed to the (pure) decision matrix.
 ///
 /// The mapping to `Prior`: an unexpired index entry gives its effect's state (`Reserved` →
 /// `InProgress`, an expired lease → `Unknown`, `Released` → `InProgress`); an index entry
@@ -180,7 +180,7 @@ pub struct Reservation {
     pub lease_until: OffsetDateTime,
 }
 
-/// The answer of one decision transaction; everything in it is committed.
+/// The answer of one decision; everything in it is committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecideOutcome {
     pub decision: Decision,

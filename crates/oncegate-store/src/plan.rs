@@ -1,4 +1,4 @@
-//! The backend-independent half of a decision transaction: how stored rows become the view the
+//! The backend-independent half of a decision: how stored rows become the view the
 //! matrix reads, and what each decision writes. The backends only run the SQL; keeping this
 //! logic in one place is what makes them answer alike.
 
