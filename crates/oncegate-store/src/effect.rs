@@ -260,6 +260,26 @@ async fn refusal<T: Tx + Send>(tx: &mut T, effect: &EffectId, token: u64) -> Res
 /// still running.
 const HOLDER: &str = "id = $1 AND fencing_token = $2 AND state = 'reserved' AND lease_until > $3";
 
+/// A holder's write: `UPDATE effects SET <set>, updated_at = $3` under `HOLDER`, with `values`
+/// as `$4`, `$5`…; refused (`refusal`) when the effect is no longer the holder's.
+async fn as_holder<T: Tx + Send>(
+    tx: &mut T,
+    effect: &EffectId,
+    token: u64,
+    now: OffsetDateTime,
+    set: &str,
+    values: Vec<Value>,
+) -> Result<()> {
+    let sql = format!("UPDATE effects SET {set}, updated_at = $3 WHERE {HOLDER}");
+    let mut params = vec![text(effect.as_str()), int(token as i64), int(ms(now))];
+    params.extend(values);
+    if tx.exec(&sql, &params).await? == 0 {
+        return Err(refusal(tx, effect, token).await?);
+    }
+    Ok(())
+}
+
+/// Records the holder's result: the effect is `completed`.
 pub(crate) async fn complete<T: Tx + Send>(
     tx: &mut T,
     effect: &EffectId,
@@ -267,26 +287,11 @@ pub(crate) async fn complete<T: Tx + Send>(
     result: &str,
     now: OffsetDateTime,
 ) -> Result<()> {
-    let sql = format!(
-        "UPDATE effects SET state = 'completed', result = $4, updated_at = $3 WHERE {HOLDER}"
-    );
-    let n = tx
-        .exec(
-            &sql,
-            &[
-                text(effect.as_str()),
-                int(token as i64),
-                int(ms(now)),
-                text(result),
-            ],
-        )
-        .await?;
-    if n == 0 {
-        return Err(refusal(tx, effect, token).await?);
-    }
-    Ok(())
+    let set = "state = 'completed', result = $4";
+    as_holder(tx, effect, token, now, set, vec![text(result)]).await
 }
 
+/// Records the holder's failure; a retryable one lets the next delivery of the key take over.
 pub(crate) async fn fail<T: Tx + Send>(
     tx: &mut T,
     effect: &EffectId,
@@ -296,25 +301,11 @@ pub(crate) async fn fail<T: Tx + Send>(
     now: OffsetDateTime,
 ) -> Result<()> {
     let state = EffectState::Failed { retryable }.as_str();
-    let sql = format!("UPDATE effects SET state = $5, error = $4, updated_at = $3 WHERE {HOLDER}");
-    let n = tx
-        .exec(
-            &sql,
-            &[
-                text(effect.as_str()),
-                int(token as i64),
-                int(ms(now)),
-                text(error),
-                text(state),
-            ],
-        )
-        .await?;
-    if n == 0 {
-        return Err(refusal(tx, effect, token).await?);
-    }
-    Ok(())
+    let values = vec![text(error), text(state)];
+    as_holder(tx, effect, token, now, "state = $5, error = $4", values).await
 }
 
+/// Extends the holder's lease to `now + lease` and returns the new deadline.
 pub(crate) async fn heartbeat<T: Tx + Send>(
     tx: &mut T,
     effect: &EffectId,
@@ -323,21 +314,7 @@ pub(crate) async fn heartbeat<T: Tx + Send>(
     now: OffsetDateTime,
 ) -> Result<OffsetDateTime> {
     let until = ms(now).saturating_add(duration_ms(lease));
-    let sql = format!("UPDATE effects SET lease_until = $4, updated_at = $3 WHERE {HOLDER}");
-    let n = tx
-        .exec(
-            &sql,
-            &[
-                text(effect.as_str()),
-                int(token as i64),
-                int(ms(now)),
-                int(until),
-            ],
-        )
-        .await?;
-    if n == 0 {
-        return Err(refusal(tx, effect, token).await?);
-    }
+    as_holder(tx, effect, token, now, "lease_until = $4", vec![int(until)]).await?;
     from_ms(until)
 }
 

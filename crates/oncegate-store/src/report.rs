@@ -96,6 +96,17 @@ pub struct Report {
 
 type Group = (String, String, String, Option<String>);
 
+/// Restricts a count over table `alias` to rows whose `time` is at or after `since` and to the
+/// tenants, and groups it by tenant, provider, environment and type.
+fn grouped(q: &mut Query, alias: &str, time: &str, tenants: &TenantFilter, since: OffsetDateTime) {
+    let p = q.bind(int(ms(since)));
+    q.push(&format!(" AND {alias}.{time} >= {p}"));
+    q.tenants(&format!("{alias}.tenant"), tenants);
+    q.push(&format!(
+        " GROUP BY {alias}.tenant, {alias}.provider, {alias}.env, {alias}.event_type"
+    ));
+}
+
 /// Aggregates deliveries received at or after `since`, and what became of them, per group.
 pub(crate) async fn build<T: Tx + Send>(
     tx: &mut T,
@@ -117,10 +128,7 @@ pub(crate) async fn build<T: Tx + Send>(
          COUNT(CASE WHEN p.action = 'reconcile' THEN 1 END) \
          FROM deliveries d LEFT JOIN proofs p ON p.delivery_id = d.id WHERE 1 = 1",
     );
-    let p = q.bind(int(ms(since)));
-    q.push(&format!(" AND d.received_at >= {p}"));
-    q.tenants("d.tenant", tenants);
-    q.push(" GROUP BY d.tenant, d.provider, d.env, d.event_type");
+    grouped(&mut q, "d", "received_at", tenants, since);
     for r in tx.query(&q.sql, &q.params).await? {
         let c = groups.entry(group(&r)?).or_default();
         c.received = count(&r, 4)?;
@@ -138,10 +146,7 @@ pub(crate) async fn build<T: Tx + Send>(
          COUNT(CASE WHEN q.status = 'open' THEN 1 END), COUNT(CASE WHEN q.status = 'resolved' THEN 1 END) \
          FROM queue_items q WHERE q.kind = 'reconcile'",
     );
-    let p = q.bind(int(ms(since)));
-    q.push(&format!(" AND q.created_at >= {p}"));
-    q.tenants("q.tenant", tenants);
-    q.push(" GROUP BY q.tenant, q.provider, q.env, q.event_type");
+    grouped(&mut q, "q", "created_at", tenants, since);
     for r in tx.query(&q.sql, &q.params).await? {
         let c = groups.entry(group(&r)?).or_default();
         c.reconcile_pending = count(&r, 4)?;
@@ -155,10 +160,7 @@ pub(crate) async fn build<T: Tx + Send>(
          COUNT(CASE WHEN e.state = 'unknown' THEN 1 END) \
          FROM effects e WHERE 1 = 1",
     );
-    let p = q.bind(int(ms(since)));
-    q.push(&format!(" AND e.created_at >= {p}"));
-    q.tenants("e.tenant", tenants);
-    q.push(" GROUP BY e.tenant, e.provider, e.env, e.event_type");
+    grouped(&mut q, "e", "created_at", tenants, since);
     for r in tx.query(&q.sql, &q.params).await? {
         let c = groups.entry(group(&r)?).or_default();
         c.effects_completed = count(&r, 4)?;
