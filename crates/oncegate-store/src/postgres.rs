@@ -235,7 +235,10 @@ macro_rules! transaction {
 
 /// Runs one operation of `store_impl!`'s list in a transaction of its own (`transaction!`).
 macro_rules! run {
-    ($store:expr, $mode:ident, $keep:expr, [$($arg:ident: $ty:ty),*], $op:path, [$($call:expr),*]) => {
+    (
+        $store:expr, $mode:ident, $keep:expr,
+        [$($arg:ident: $ty:ty),*], $op:path, [$($call:expr),*]
+    ) => {
         transaction!($store, $keep, |tx| $op(&mut tx, $($call),*).await)
     };
 }

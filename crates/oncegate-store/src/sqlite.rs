@@ -338,25 +338,22 @@ carried_as_references!(Resolution, ReconcileAttempt);
 /// Runs one operation of `store_impl!`'s list: its arguments carried (`Carry`) to a reader, or
 /// to the writer's next batch.
 macro_rules! run {
-    ($store:expr, read, $keep:expr, [$($arg:ident: $ty:ty),*], $op:path, [$($call:expr),*]) => {{
+    (
+        $store:expr, $mode:ident, $keep:expr,
+        [$($arg:ident: $ty:ty),*], $op:path, [$($call:expr),*]
+    ) => {{
         $(let $arg = <$ty as Carry>::own($arg);)*
-        $store
-            .read(move |tx| {
-                $(#[allow(unused_variables)] let $arg = <$ty as Carry>::lend(&$arg);)*
-                now_or_never($op(tx, $($call),*))
-            })
-            .await
+        run!(@on $store, $mode, $keep, move |tx| {
+            $(#[allow(unused_variables)] let $arg = <$ty as Carry>::lend(&$arg);)*
+            now_or_never($op(tx, $($call),*))
+        })
     }};
-    ($store:expr, write, $keep:expr, [$($arg:ident: $ty:ty),*], $op:path, [$($call:expr),*]) => {{
-        let keep = $keep;
-        $(let $arg = <$ty as Carry>::own($arg);)*
-        $store
-            .write(keep, move |tx| {
-                $(#[allow(unused_variables)] let $arg = <$ty as Carry>::lend(&$arg);)*
-                now_or_never($op(tx, $($call),*))
-            })
-            .await
-    }};
+    (@on $store:expr, read, $keep:expr, $work:expr) => {
+        $store.read($work).await
+    };
+    (@on $store:expr, write, $keep:expr, $work:expr) => {
+        $store.write($keep, $work).await
+    };
 }
 
 crate::operations::store_impl!(SqliteStore, run, {
