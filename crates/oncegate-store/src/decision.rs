@@ -1,6 +1,8 @@
-//! One decision transaction: what the service asks (`DecideRequest`), what the store shows the
-//! decision matrix (`PriorView`), what it answers (`DecideOutcome`) and what it keeps forever
-//! after (`ProofRecord`).
+//! One decision: what the service asks (`DecideRequest`), what the store shows the decision
+//! matrix (`PriorView`), what it answers (`DecideOutcome`) and what it keeps forever after
+//! (`ProofRecord`); and the decision itself, written once for both backends: the view is read
+//! (`view`), the matrix asked, its consequence and proof written (`writes`), and all of it read
+//! and asked again when a concurrent decision changed the ground in between.
 
 use std::collections::BTreeMap;
 
@@ -10,7 +12,17 @@ use oncegate_core::matrix::{
 };
 use time::{Duration, OffsetDateTime};
 
+use crate::codes::{self, from_ms};
+use crate::delivery::NewReception;
 use crate::effect::EffectState;
+use crate::error::StoreError;
+use crate::plan::{self, Scope, MAX_ATTEMPTS};
+use crate::sql::{text, Row, Tx};
+
+mod view;
+mod writes;
+
+type Result<T> = std::result::Result<T, StoreError>;
 
 /// The strategy that made a key: identity is a contract, and a new version never
 /// reinterprets the keys of an old one.
@@ -98,7 +110,7 @@ pub struct EffectKey {
     pub discriminants: BTreeMap<String, String>,
 }
 
-/// Everything the store needs to decide one journaled delivery in one transaction.
+/// Everything the store needs to decide one journaled delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecideRequest {
     pub delivery: DeliveryId,
@@ -138,8 +150,8 @@ pub struct PriorEffect {
     pub indexed: bool,
 }
 
-/// What the store knows about a delivery's transport key and effect key, read inside the
-/// decision transaction and handed to the (pure) decision matrix.
+/// What the store knows about a delivery's transport key and effect key, read in one statement
+/// by the decision and handed to the (pure) decision matrix.
 ///
 /// The mapping to `Prior`: an unexpired index entry gives its effect's state (`Reserved` →
 /// `InProgress`, an expired lease → `Unknown`, `Released` → `InProgress`); an index entry
@@ -168,7 +180,7 @@ pub struct Reservation {
     pub lease_until: OffsetDateTime,
 }
 
-/// The answer of one decision transaction; everything in it is committed.
+/// The answer of one decision; everything in it is committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecideOutcome {
     pub decision: Decision,
@@ -214,4 +226,147 @@ pub struct ProofRecord {
     pub queue_item: Option<QueueItemId>,
     pub differences: Vec<Difference>,
     pub details_json: String,
+}
+
+/// The delivery's event type: the request's once the body was read, else the journal's.
+pub(crate) fn event_type_of(scope: &Scope, req: &DecideRequest) -> Option<String> {
+    req.event_type.clone().or_else(|| scope.event_type.clone())
+}
+
+pub(crate) fn already_decided(id: &DeliveryId) -> StoreError {
+    StoreError::Conflict(format!("delivery {id} was already decided"))
+}
+
+/// The scope of a delivery as `journal` wrote it (not decided yet), so a backend that keeps it
+/// can spare `decide` reading it back.
+pub(crate) fn journaled_scope(r: &NewReception) -> Scope {
+    Scope {
+        tenant: r.tenant.clone(),
+        provider: r.provider.clone(),
+        env: r.env.clone(),
+        event_type: r.event_type.clone(),
+        transport_key: r.transport_key.as_ref().map(|k| k.value.clone()),
+        transport_strength: r.transport_key.as_ref().map(|k| k.strength),
+        body_sha256: r.body_sha256.clone(),
+        decided: false,
+    }
+}
+
+/// Reads the view, asks `choose` for a decision on it and applies it. When applying loses a
+/// race (the key was reserved, or the effect moved, since the view was read), the view is read
+/// again and `choose` asked again, so the answer is always based on what was true when it
+/// committed.
+///
+/// `known` is the delivery's scope when the backend kept it from `journal`; it is read
+/// otherwise. Either way a delivery is decided once: the proof's primary key refuses a second
+/// decision, and with it everything that decision would have written.
+pub(crate) async fn decide<T, F>(
+    tx: &mut T,
+    req: &DecideRequest,
+    known: Option<Scope>,
+    mut choose: F,
+) -> Result<DecideOutcome>
+where
+    T: Tx + Send,
+    F: FnMut(&PriorView) -> Decision + Send,
+{
+    let scope = match known {
+        Some(scope) => scope,
+        None => view::scope(tx, &req.delivery).await?,
+    };
+    if scope.decided {
+        return Err(already_decided(&req.delivery));
+    }
+    for _ in 0..MAX_ATTEMPTS {
+        let view = view::load(tx, &scope, req).await?;
+        let decision = choose(&view);
+        if let Some(outcome) = writes::apply(tx, &scope, req, &view, decision).await? {
+            return Ok(outcome);
+        }
+    }
+    Err(StoreError::Conflict(format!(
+        "the key of delivery {} kept changing while it was decided; try again",
+        req.delivery
+    )))
+}
+
+const PROOF_COLS: &str = "p.delivery_id, p.tenant, p.provider, p.env, p.event_type, p.decided_at, p.strategy_name, \
+     p.strategy_version, p.strategy_level, p.key_value, p.confidence, p.prior, p.transport, p.action, p.layer, p.reason, \
+     p.flags, p.rule, p.matrix_version, p.reference_delivery, p.effect_id, p.queue_item_id, p.differences, p.details";
+
+/// The strategy of a row whose columns `at`, `at + 1` and `at + 2` hold its name, version and
+/// level (absent when the row has no key).
+pub(crate) fn strategy_from(row: &Row, at: usize) -> Result<Option<StrategyRef>> {
+    Ok(
+        match (
+            row.opt_text(at)?,
+            row.opt_int(at + 1)?,
+            row.opt_text(at + 2)?,
+        ) {
+            (Some(name), Some(version), Some(level)) => Some(StrategyRef {
+                name,
+                version: u32::try_from(version)
+                    .map_err(|_| StoreError::corrupt("a strategy version is out of range"))?,
+                level,
+            }),
+            _ => None,
+        },
+    )
+}
+
+fn proof_from(row: &Row) -> Result<ProofRecord> {
+    let action = row.text(13)?;
+    Ok(ProofRecord {
+        delivery: plan::parse_delivery_id(&row.text(0)?)?,
+        tenant: row.text(1)?,
+        provider: row.text(2)?,
+        env: row.text(3)?,
+        event_type: row.opt_text(4)?,
+        decided_at: from_ms(row.int(5)?)?,
+        strategy: strategy_from(row, 6)?,
+        key: row.opt_text(9)?,
+        confidence: row
+            .opt_text(10)?
+            .map(|c| {
+                Confidence::parse(&c)
+                    .ok_or_else(|| StoreError::corrupt(format!("unknown confidence {c:?}")))
+            })
+            .transpose()?,
+        prior: codes::parse_prior(&row.text(11)?)?,
+        transport: codes::parse_transport(&row.text(12)?)?,
+        action: Action::parse(&action)
+            .ok_or_else(|| StoreError::corrupt(format!("unknown action {action:?}")))?,
+        layer: row
+            .opt_text(14)?
+            .map(|l| codes::parse_layer(&l))
+            .transpose()?,
+        reason: row.text(15)?,
+        flags: codes::parse_flags(&row.text(16)?)?,
+        rule: row.text(17)?,
+        matrix_version: u32::try_from(row.int(18)?)
+            .map_err(|_| StoreError::corrupt("a matrix version is out of range"))?,
+        reference_delivery: row
+            .opt_text(19)?
+            .map(|d| plan::parse_delivery_id(&d))
+            .transpose()?,
+        effect: row
+            .opt_text(20)?
+            .map(|e| plan::parse_effect_id(&e))
+            .transpose()?,
+        queue_item: row
+            .opt_text(21)?
+            .map(|q| plan::parse_queue_id(&q))
+            .transpose()?,
+        differences: codes::parse_differences(&row.text(22)?)?,
+        details_json: row.text(23)?,
+    })
+}
+
+pub(crate) async fn proof<T: Tx + Send>(
+    tx: &mut T,
+    id: &DeliveryId,
+) -> Result<Option<ProofRecord>> {
+    let sql = format!("SELECT {PROOF_COLS} FROM proofs p WHERE p.delivery_id = $1");
+    let rows = tx.query(&sql, &[text(id.as_str())]).await?;
+    rows.first().map(proof_from).transpose()
 }

@@ -1,9 +1,16 @@
 //! Deliveries: what is journaled about each reception before anything is decided, and how
-//! operators find them again.
+//! operators find them again (the journal, a delivery read back, the listing).
 
 use oncegate_core::ids::{DeliveryId, EffectId};
 use oncegate_core::matrix::Action;
 use time::OffsetDateTime;
+
+use crate::codes::{from_ms, ms};
+use crate::error::StoreError;
+use crate::plan;
+use crate::sql::{int, opt_text, text, Query, Row, Tx, Value};
+
+type Result<T> = std::result::Result<T, StoreError>;
 
 /// How far a provider's transport key can be trusted to name one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -143,4 +150,129 @@ pub struct DeliverySummary {
     pub reason: Option<String>,
     pub key: Option<String>,
     pub effect: Option<EffectId>,
+}
+
+const DELIVERY_COLS: &str =
+    "d.id, d.tenant, d.provider, d.env, d.event_type, d.received_at, d.size, d.body_sha256, \
+     d.headers_json, d.transport_key, d.transport_strength, d.correlation_id";
+
+fn record_from(row: &Row, payload_at: Option<usize>) -> Result<DeliveryRecord> {
+    let transport_key = match (row.opt_text(9)?, row.opt_text(10)?) {
+        (Some(value), Some(strength)) => Some(TransportKey {
+            value,
+            strength: TransportStrength::parse(&strength).ok_or_else(|| {
+                StoreError::corrupt(format!("unknown transport strength {strength:?}"))
+            })?,
+        }),
+        _ => None,
+    };
+    Ok(DeliveryRecord {
+        id: plan::parse_delivery_id(&row.text(0)?)?,
+        tenant: row.text(1)?,
+        provider: row.text(2)?,
+        env: row.text(3)?,
+        event_type: row.opt_text(4)?,
+        received_at: from_ms(row.int(5)?)?,
+        size: row.int(6)? as u64,
+        body_sha256: row.text(7)?,
+        headers_json: row.text(8)?,
+        payload: match payload_at {
+            Some(i) => row.opt_bytes(i)?,
+            None => None,
+        },
+        transport_key,
+        correlation_id: row.opt_text(11)?,
+    })
+}
+
+/// Journals one reception under an id the caller generated (so a retried transaction keeps it).
+pub(crate) async fn journal<T: Tx + Send>(
+    tx: &mut T,
+    id: &DeliveryId,
+    r: &NewReception,
+) -> Result<()> {
+    tx.exec(
+        "INSERT INTO deliveries (id, tenant, provider, env, event_type, received_at, size, body_sha256, headers_json, \
+         payload, transport_key, transport_strength, correlation_id) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+        &[
+            text(id.as_str()),
+            text(r.tenant.as_str()),
+            text(r.provider.as_str()),
+            text(r.env.as_str()),
+            opt_text(r.event_type.as_deref()),
+            int(ms(r.received_at)),
+            int(i64::try_from(r.size).unwrap_or(i64::MAX)),
+            text(r.body_sha256.as_str()),
+            text(r.headers_json.as_str()),
+            Value::Bytes(r.payload.clone()),
+            opt_text(r.transport_key.as_ref().map(|k| k.value.as_str())),
+            opt_text(r.transport_key.as_ref().map(|k| k.strength.as_str())),
+            opt_text(r.correlation_id.as_deref()),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+pub(crate) async fn read<T: Tx + Send>(
+    tx: &mut T,
+    id: &DeliveryId,
+) -> Result<Option<DeliveryRecord>> {
+    let sql = format!("SELECT {DELIVERY_COLS}, d.payload FROM deliveries d WHERE d.id = $1");
+    let rows = tx.query(&sql, &[text(id.as_str())]).await?;
+    rows.first().map(|r| record_from(r, Some(12))).transpose()
+}
+
+pub(crate) async fn list<T: Tx + Send>(
+    tx: &mut T,
+    f: &DeliveryFilter,
+) -> Result<Vec<DeliverySummary>> {
+    let mut q = Query::new(&format!(
+        "SELECT {DELIVERY_COLS}, p.action, p.reason, p.key_value, p.effect_id \
+         FROM deliveries d LEFT JOIN proofs p ON p.delivery_id = d.id WHERE 1 = 1"
+    ));
+    q.tenants("d.tenant", &f.tenants);
+    q.eq_if("d.provider", f.provider.as_deref());
+    q.eq_if("d.env", f.env.as_deref());
+    q.eq_if("d.event_type", f.event_type.as_deref());
+    q.eq_if("p.action", f.action.map(Action::as_str));
+    q.eq_if("p.key_value", f.key.as_deref());
+    q.eq_if("d.correlation_id", f.correlation_id.as_deref());
+    q.eq_if("d.transport_key", f.transport_key.as_deref());
+    if let Some(since) = f.since {
+        let p = q.bind(int(ms(since)));
+        q.push(&format!(" AND d.received_at >= {p}"));
+    }
+    if let Some(until) = f.until {
+        let p = q.bind(int(ms(until)));
+        q.push(&format!(" AND d.received_at < {p}"));
+    }
+    if let Some(before) = &f.before {
+        let p = q.bind(text(before.as_str()));
+        q.push(&format!(" AND d.id < {p}"));
+    }
+    let p = q.bind(int(i64::from(f.limit)));
+    q.push(&format!(" ORDER BY d.id DESC LIMIT {p}"));
+    let rows = tx.query(&q.sql, &q.params).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(DeliverySummary {
+                delivery: record_from(r, None)?,
+                action: r
+                    .opt_text(12)?
+                    .map(|a| {
+                        Action::parse(&a)
+                            .ok_or_else(|| StoreError::corrupt(format!("unknown action {a:?}")))
+                    })
+                    .transpose()?,
+                reason: r.opt_text(13)?,
+                key: r.opt_text(14)?,
+                effect: r
+                    .opt_text(15)?
+                    .map(|e| plan::parse_effect_id(&e))
+                    .transpose()?,
+            })
+        })
+        .collect()
 }

@@ -1,12 +1,21 @@
 //! Effects: the business transitions that must happen once. Deliveries are observations
-//! linked to them; the effect is what gets reserved, executed, completed and claimed.
+//! linked to them; the effect is what gets reserved, executed, completed and claimed. Here too:
+//! its row and links written and read back, the holder's outcomes (`complete`, `fail`,
+//! `heartbeat`, each guarded by the fencing token) and the claim of released work.
 
 use std::collections::BTreeMap;
 
 use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
-use time::OffsetDateTime;
+use time::{Duration, OffsetDateTime};
 
-use crate::decision::StrategyRef;
+use crate::codes::{self, duration_ms, from_ms, ms};
+use crate::decision::{strategy_from, StrategyRef};
+use crate::delivery::TenantFilter;
+use crate::error::StoreError;
+use crate::plan::{self, Scope, MAX_ATTEMPTS};
+use crate::sql::{int, opt_int, opt_text, text, Query, Row, Statement, Tx, Value};
+
+type Result<T> = std::result::Result<T, StoreError>;
 
 /// Where an effect stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -152,4 +161,288 @@ pub struct Claim {
     pub key: Option<String>,
     pub authoritative_ref: Option<String>,
     pub queue_item: Option<QueueItemId>,
+}
+
+pub(crate) const EFFECT_COLS: &str = "e.id, e.tenant, e.provider, e.env, e.event_type, e.strategy_name, e.strategy_version, \
+     e.strategy_level, e.key_value, e.durable, e.state, e.fencing_token, e.lease_until, e.holder, e.discriminants, \
+     e.result, e.error, e.authoritative_ref, e.first_delivery, e.queue_item_id, e.created_at, e.updated_at, e.resource, e.critical";
+
+pub(crate) fn record_from(row: &Row) -> Result<EffectRecord> {
+    Ok(EffectRecord {
+        id: plan::parse_effect_id(&row.text(0)?)?,
+        tenant: row.text(1)?,
+        provider: row.text(2)?,
+        env: row.text(3)?,
+        event_type: row.opt_text(4)?,
+        strategy: strategy_from(row, 5)?,
+        key: row.opt_text(8)?,
+        durable: row.boolean(9)?,
+        state: plan::parse_state(&row.text(10)?)?,
+        fencing_token: row.int(11)? as u64,
+        lease_until: row.opt_int(12)?.map(from_ms).transpose()?,
+        holder: row.opt_text(13)?,
+        discriminants: codes::parse_map(&row.text(14)?)?,
+        result: row.opt_text(15)?,
+        error: row.opt_text(16)?,
+        authoritative_ref: row.opt_text(17)?,
+        first_delivery: plan::parse_delivery_id(&row.text(18)?)?,
+        queue_item: row
+            .opt_text(19)?
+            .map(|q| plan::parse_queue_id(&q))
+            .transpose()?,
+        created_at: from_ms(row.int(20)?)?,
+        updated_at: from_ms(row.int(21)?)?,
+        deliveries: Vec::new(),
+        resource: row.opt_text(22)?,
+        critical: row.boolean(23)?,
+    })
+}
+
+/// The effect with every delivery linked to it.
+pub(crate) async fn read<T: Tx + Send>(tx: &mut T, id: &EffectId) -> Result<Option<EffectRecord>> {
+    let sql = format!("SELECT {EFFECT_COLS} FROM effects e WHERE e.id = $1");
+    let rows = tx.query(&sql, &[text(id.as_str())]).await?;
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    let mut record = record_from(row)?;
+    let links = tx
+        .query(
+            "SELECT l.delivery_id, l.kind, l.at FROM links l WHERE l.effect_id = $1 ORDER BY l.at, l.delivery_id",
+            &[text(id.as_str())],
+        )
+        .await?;
+    record.deliveries = links
+        .iter()
+        .map(|l| {
+            let kind = l.text(1)?;
+            Ok(EffectLink {
+                delivery: plan::parse_delivery_id(&l.text(0)?)?,
+                kind: LinkKind::parse(&kind)
+                    .ok_or_else(|| StoreError::corrupt(format!("unknown link kind {kind:?}")))?,
+                at: from_ms(l.int(2)?)?,
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok(Some(record))
+}
+
+/// After a guarded update changed nothing: says why, from the effect as it stands.
+async fn refusal<T: Tx + Send>(tx: &mut T, effect: &EffectId, token: u64) -> Result<StoreError> {
+    let rows = tx
+        .query(
+            "SELECT fencing_token FROM effects WHERE id = $1",
+            &[text(effect.as_str())],
+        )
+        .await?;
+    let Some(row) = rows.first() else {
+        return Ok(StoreError::NotFound {
+            what: "effect",
+            id: effect.to_string(),
+        });
+    };
+    let current = row.int(0)? as u64;
+    Ok(if current != token {
+        StoreError::StaleToken {
+            effect: effect.clone(),
+            presented: token,
+            current,
+        }
+    } else {
+        StoreError::LeaseLost {
+            effect: effect.clone(),
+            token,
+        }
+    })
+}
+
+/// The condition every holder's write must meet: the current token, still reserved, lease
+/// still running.
+const HOLDER: &str = "id = $1 AND fencing_token = $2 AND state = 'reserved' AND lease_until > $3";
+
+/// A holder's write: `UPDATE effects SET <set>, updated_at = $3` under `HOLDER`, with `values`
+/// as `$4`, `$5`…; refused (`refusal`) when the effect is no longer the holder's.
+async fn as_holder<T: Tx + Send>(
+    tx: &mut T,
+    effect: &EffectId,
+    token: u64,
+    now: OffsetDateTime,
+    set: &str,
+    values: Vec<Value>,
+) -> Result<()> {
+    let sql = format!("UPDATE effects SET {set}, updated_at = $3 WHERE {HOLDER}");
+    let mut params = vec![text(effect.as_str()), int(token as i64), int(ms(now))];
+    params.extend(values);
+    if tx.exec(&sql, &params).await? == 0 {
+        return Err(refusal(tx, effect, token).await?);
+    }
+    Ok(())
+}
+
+/// Records the holder's result: the effect is `completed`.
+pub(crate) async fn complete<T: Tx + Send>(
+    tx: &mut T,
+    effect: &EffectId,
+    token: u64,
+    result: &str,
+    now: OffsetDateTime,
+) -> Result<()> {
+    let set = "state = 'completed', result = $4";
+    as_holder(tx, effect, token, now, set, vec![text(result)]).await
+}
+
+/// Records the holder's failure; a retryable one lets the next delivery of the key take over.
+pub(crate) async fn fail<T: Tx + Send>(
+    tx: &mut T,
+    effect: &EffectId,
+    token: u64,
+    retryable: bool,
+    error: &str,
+    now: OffsetDateTime,
+) -> Result<()> {
+    let state = EffectState::Failed { retryable }.as_str();
+    let values = vec![text(error), text(state)];
+    as_holder(tx, effect, token, now, "state = $5, error = $4", values).await
+}
+
+/// Extends the holder's lease to `now + lease` and returns the new deadline.
+pub(crate) async fn heartbeat<T: Tx + Send>(
+    tx: &mut T,
+    effect: &EffectId,
+    token: u64,
+    lease: Duration,
+    now: OffsetDateTime,
+) -> Result<OffsetDateTime> {
+    let until = ms(now).saturating_add(duration_ms(lease));
+    as_holder(tx, effect, token, now, "lease_until = $4", vec![int(until)]).await?;
+    from_ms(until)
+}
+
+/// Hands the oldest released effect to `worker` under the next fencing token and a lease.
+pub(crate) async fn claim<T: Tx + Send>(
+    tx: &mut T,
+    worker: &str,
+    tenants: &TenantFilter,
+    lease: Duration,
+    now: OffsetDateTime,
+) -> Result<Option<Claim>> {
+    let now_ms = ms(now);
+    let until = now_ms.saturating_add(duration_ms(lease));
+    for _ in 0..MAX_ATTEMPTS {
+        let mut q = Query::new("SELECT e.id FROM effects e WHERE e.state = 'released'");
+        q.tenants("e.tenant", tenants);
+        q.push(" ORDER BY e.created_at, e.id LIMIT 1");
+        q.push(tx.dialect().skip_locked());
+        let rows = tx.query(&q.sql, &q.params).await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let id = row.text(0)?;
+        let rows = tx
+            .query(
+                "UPDATE effects SET state = 'reserved', fencing_token = fencing_token + 1, lease_until = $2, holder = $3, \
+                 updated_at = $4 WHERE id = $1 AND state = 'released' \
+                 RETURNING fencing_token, first_delivery, tenant, provider, env, event_type, key_value, authoritative_ref, queue_item_id",
+                &[text(id.as_str()), int(until), text(worker), int(now_ms)],
+            )
+            .await?;
+        // With the row locked (PostgreSQL) or a single writer (SQLite) the update cannot miss;
+        // looping anyway keeps a claim correct on engines with weaker locking.
+        let Some(r) = rows.first() else { continue };
+        return Ok(Some(Claim {
+            effect: plan::parse_effect_id(&id)?,
+            fencing_token: r.int(0)? as u64,
+            lease_until: from_ms(until)?,
+            delivery: plan::parse_delivery_id(&r.text(1)?)?,
+            tenant: r.text(2)?,
+            provider: r.text(3)?,
+            env: r.text(4)?,
+            event_type: r.opt_text(5)?,
+            key: r.opt_text(6)?,
+            authoritative_ref: r.opt_text(7)?,
+            queue_item: r
+                .opt_text(8)?
+                .map(|q| plan::parse_queue_id(&q))
+                .transpose()?,
+        }));
+    }
+    Ok(None)
+}
+
+/// A new effect row, as a decision or a resolution writes it.
+pub(crate) struct NewEffect<'a> {
+    pub id: &'a EffectId,
+    pub scope: &'a Scope,
+    pub event_type: Option<&'a str>,
+    pub strategy: Option<&'a StrategyRef>,
+    pub key_value: Option<&'a str>,
+    pub scope_hash: Option<&'a str>,
+    pub durable: bool,
+    pub state: EffectState,
+    pub token: i64,
+    pub lease_until: Option<i64>,
+    pub holder: Option<&'a str>,
+    pub discriminants: String,
+    pub authoritative_ref: Option<&'a str>,
+    pub first_delivery: &'a DeliveryId,
+    pub queue_item: Option<&'a QueueItemId>,
+    pub now: i64,
+    pub resource: Option<&'a str>,
+    pub critical: bool,
+}
+
+const INSERT_EFFECT: &str = "INSERT INTO effects (id, tenant, provider, env, event_type, strategy_name, strategy_version, \
+     strategy_level, key_value, scope_hash, durable, state, fencing_token, lease_until, holder, discriminants, result, error, \
+     authoritative_ref, first_delivery, queue_item_id, created_at, updated_at, resource, critical) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, NULL, NULL, $17, $18, $19, $20, $20, $21, $22)";
+
+/// The statement that inserts `e`.
+pub(crate) fn insert(e: NewEffect<'_>) -> Statement {
+    let strategy = e.strategy;
+    (
+        INSERT_EFFECT,
+        vec![
+            text(e.id.as_str()),
+            text(e.scope.tenant.as_str()),
+            text(e.scope.provider.as_str()),
+            text(e.scope.env.as_str()),
+            opt_text(e.event_type),
+            opt_text(strategy.map(|s| s.name.as_str())),
+            opt_int(strategy.map(|s| i64::from(s.version))),
+            opt_text(strategy.map(|s| s.level.as_str())),
+            opt_text(e.key_value),
+            opt_text(e.scope_hash),
+            Value::Bool(e.durable),
+            text(e.state.as_str()),
+            int(e.token),
+            opt_int(e.lease_until),
+            opt_text(e.holder),
+            text(e.discriminants),
+            opt_text(e.authoritative_ref),
+            text(e.first_delivery.as_str()),
+            opt_text(e.queue_item.map(QueueItemId::as_str)),
+            int(e.now),
+            opt_text(e.resource),
+            Value::Bool(e.critical),
+        ],
+    )
+}
+
+/// The statement that links a delivery to an effect (once per kind).
+pub(crate) fn link(
+    effect: &EffectId,
+    delivery: &DeliveryId,
+    kind: LinkKind,
+    now: i64,
+) -> Statement {
+    (
+        "INSERT INTO links (effect_id, delivery_id, kind, at) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (effect_id, delivery_id, kind) DO NOTHING",
+        vec![
+            text(effect.as_str()),
+            text(delivery.as_str()),
+            text(kind.as_str()),
+            int(now),
+        ],
+    )
 }

@@ -3,11 +3,16 @@
 //! PostgreSQL backend (for many stateless instances sharing one database).
 //!
 //! This is where the service's atomicity lives. A delivery is journaled first, in its own
-//! commit; then one `decide` transaction reads what is known about its transport key and effect
-//! key, runs the (pure) decision matrix on that view, and writes the decision's consequence
-//! (a reservation, a link, a queue item) together with its proof. A `process` answer is only
-//! given once its reservation has committed, and a key has exactly one winner under any
-//! concurrency because the reservation is an atomic insert into a unique index.
+//! commit; then `decide` reads what is known about its transport key and effect key, runs the
+//! (pure) decision matrix on that view, and writes the decision's consequence (a reservation, a
+//! link, a queue item) together with its proof as one atomic unit: the write that settles a
+//! race first (the reservation's insert into the unique index, a takeover's token-guarded
+//! update), the rest only if it changed a row. SQLite runs all of it in one transaction on its
+//! writer thread; PostgreSQL in two statements without BEGIN or COMMIT (the view, then every
+//! write chained into one statement). A decision that loses a race writes nothing and is read
+//! and run again. A `process` answer is only given once its reservation has committed, and a
+//! key has exactly one winner under any concurrency because the reservation is an atomic
+//! insert into a unique index.
 //!
 //! Time always comes in as an argument; ids are generated here (time-ordered ULIDs).
 
@@ -112,8 +117,9 @@ pub trait Store: Send + Sync {
     /// too) and returns its new id.
     async fn journal(&self, reception: NewReception) -> Result<DeliveryId, StoreError>;
 
-    /// The decision transaction: reads the transport match and the prior effect for the key,
-    /// runs `matrix` on that view, and applies its decision with the proof, atomically.
+    /// The decision: reads the transport match and the prior effect for the key, runs `matrix`
+    /// on that view, and applies its decision with the proof in one atomic write (see the
+    /// crate's documentation for how each backend makes it so).
     ///
     /// * `Process` on a new key reserves it (effect + unique index entry); a lost race re-reads
     ///   the prior and runs `matrix` again, so exactly one caller ever gets `process` for a key.

@@ -1,8 +1,8 @@
-//! The backend-independent half of a decision transaction: how stored rows become the view the
+//! The backend-independent half of a decision: how stored rows become the view the
 //! matrix reads, and what each decision writes. The backends only run the SQL; keeping this
 //! logic in one place is what makes them answer alike.
 
-use oncegate_core::ids::{DeliveryId, EffectId};
+use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
 use oncegate_core::matrix::{Action, Decision, Flag, Layer, Prior, TransportMatch};
 
 use crate::codes;
@@ -77,6 +77,11 @@ pub(crate) fn parse_effect_id(s: &str) -> Result<EffectId, StoreError> {
 pub(crate) fn parse_delivery_id(s: &str) -> Result<DeliveryId, StoreError> {
     s.parse()
         .map_err(|_| StoreError::corrupt(format!("stored delivery id {s:?} is malformed")))
+}
+
+pub(crate) fn parse_queue_id(s: &str) -> Result<QueueItemId, StoreError> {
+    s.parse()
+        .map_err(|_| StoreError::corrupt(format!("stored queue item id {s:?} is malformed")))
 }
 
 pub(crate) fn parse_state(s: &str) -> Result<EffectState, StoreError> {

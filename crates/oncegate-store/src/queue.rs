@@ -1,5 +1,7 @@
 //! The ambiguity queue: quarantined collisions and deliveries to reconcile, kept visible until
-//! the authority or a person says whether each is a distinct operation or a duplicate.
+//! the authority or a person says whether each is a distinct operation or a duplicate (see
+//! `resolution`). Here: the items, their listing (a keyset cursor, counts per kind and status)
+//! and how a delivery id names its one open item.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -7,10 +9,20 @@ use std::str::FromStr;
 
 use oncegate_core::ids::{DeliveryId, EffectId, IdError, QueueItemId};
 use oncegate_core::matrix::{Difference, Flag};
-use time::OffsetDateTime;
+use time::{Duration, OffsetDateTime};
 
-use crate::decision::{Horizon, StrategyRef};
+use crate::codes::{self, from_ms, ms};
+use crate::decision::{strategy_from, Horizon, StrategyRef};
 use crate::delivery::TenantFilter;
+use crate::error::StoreError;
+use crate::plan;
+use crate::sql::{int, text, Query, Row, Tx};
+
+pub(crate) mod resolution;
+
+pub use resolution::{Resolution, ResolutionOutcome, ResolutionRecord};
+
+type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QueueKind {
@@ -92,50 +104,6 @@ impl Proposal {
             Proposal::Verify
         }
     }
-}
-
-/// The verdict on a queue item.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ResolutionOutcome {
-    /// A second legitimate operation: released as a new, claimable effect.
-    Distinct,
-    /// The same operation as the existing effect: linked to it.
-    Duplicate,
-}
-
-impl ResolutionOutcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ResolutionOutcome::Distinct => "distinct",
-            ResolutionOutcome::Duplicate => "duplicate",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<ResolutionOutcome> {
-        [ResolutionOutcome::Distinct, ResolutionOutcome::Duplicate]
-            .into_iter()
-            .find(|k| k.as_str() == s)
-    }
-}
-
-/// What a reconciler or a person decided about a queue item.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resolution {
-    pub outcome: ResolutionOutcome,
-    /// The provider's own reference of the operation, when the authority gave one.
-    pub authoritative_ref: Option<String>,
-    pub note: String,
-    /// Who decided: an operator name, or `reconciler` for the authority.
-    pub by: String,
-    pub at: OffsetDateTime,
-}
-
-/// A resolution as recorded on its item, with the effect it produced or linked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResolutionRecord {
-    pub resolution: Resolution,
-    /// The released effect (distinct) or the existing effect it was linked to (duplicate).
-    pub effect: Option<EffectId>,
 }
 
 /// One queue entry with everything a reviewer needs side by side.
@@ -382,4 +350,233 @@ impl<'a> DeliveryItems<'a> {
             many => DeliveryItems::Ambiguous(many.iter().map(|i| i.id.clone()).collect()),
         }
     }
+}
+
+pub(crate) const QUEUE_COLS: &str = "q.id, q.kind, q.status, q.delivery_id, q.tenant, q.provider, q.env, q.event_type, \
+     q.strategy_name, q.strategy_version, q.strategy_level, q.key_value, q.durable, q.horizon_ms, q.discriminants, \
+     q.existing_effect, q.first_delivery, q.differences, q.existing_result, q.proposed, q.reason, q.created_at, \
+     q.resolution_outcome, q.resolution_ref, q.resolution_note, q.resolution_by, q.resolved_at, q.resolution_effect, q.scope_hash, \
+     q.resource, q.attempts, q.last_attempt_at, q.last_error, q.last_evidence, q.resolution_evidence, q.critical";
+
+/// A queue item from a row of `QUEUE_COLS`.
+pub(crate) fn item_from(row: &Row) -> Result<QueueItem> {
+    let kind = row.text(1)?;
+    let status = row.text(2)?;
+    let proposed = row.text(19)?;
+    let horizon = match (row.boolean(12)?, row.opt_int(13)?) {
+        (true, _) => Some(Horizon::Durable),
+        (false, Some(h)) => Some(Horizon::For(Duration::milliseconds(h))),
+        (false, None) => None,
+    };
+    let resolution = match (row.opt_text(22)?, row.opt_int(26)?) {
+        (Some(outcome), Some(at)) => Some(ResolutionRecord {
+            resolution: Resolution {
+                outcome: ResolutionOutcome::parse(&outcome).ok_or_else(|| {
+                    StoreError::corrupt(format!("unknown resolution {outcome:?}"))
+                })?,
+                authoritative_ref: row.opt_text(23)?,
+                note: row.opt_text(24)?.unwrap_or_default(),
+                by: row.opt_text(25)?.unwrap_or_default(),
+                at: from_ms(at)?,
+            },
+            effect: row
+                .opt_text(27)?
+                .map(|e| plan::parse_effect_id(&e))
+                .transpose()?,
+        }),
+        _ => None,
+    };
+    Ok(QueueItem {
+        id: plan::parse_queue_id(&row.text(0)?)?,
+        kind: QueueKind::parse(&kind)
+            .ok_or_else(|| StoreError::corrupt(format!("unknown queue kind {kind:?}")))?,
+        status: QueueStatus::parse(&status)
+            .ok_or_else(|| StoreError::corrupt(format!("unknown queue status {status:?}")))?,
+        delivery: plan::parse_delivery_id(&row.text(3)?)?,
+        tenant: row.text(4)?,
+        provider: row.text(5)?,
+        env: row.text(6)?,
+        event_type: row.opt_text(7)?,
+        strategy: strategy_from(row, 8)?,
+        key: row.opt_text(11)?,
+        horizon,
+        discriminants: codes::parse_map(&row.text(14)?)?,
+        existing_effect: row
+            .opt_text(15)?
+            .map(|e| plan::parse_effect_id(&e))
+            .transpose()?,
+        first_delivery: row
+            .opt_text(16)?
+            .map(|d| plan::parse_delivery_id(&d))
+            .transpose()?,
+        differences: codes::parse_differences(&row.text(17)?)?,
+        existing_result: row.opt_text(18)?,
+        proposed: Proposal::parse(&proposed)
+            .ok_or_else(|| StoreError::corrupt(format!("unknown proposal {proposed:?}")))?,
+        reason: row.text(20)?,
+        created_at: from_ms(row.int(21)?)?,
+        resolution,
+        resource: row.opt_text(29)?,
+        reconcile_attempts: row.int(30)?.max(0) as u64,
+        last_attempt_at: row.opt_int(31)?.map(from_ms).transpose()?,
+        last_error: row.opt_text(32)?,
+        last_evidence: row.opt_text(33)?,
+        resolution_evidence: row.opt_text(34)?,
+        critical: row.boolean(35)?,
+    })
+}
+
+pub(crate) async fn item<T: Tx + Send>(tx: &mut T, id: &QueueItemId) -> Result<Option<QueueItem>> {
+    let sql = format!("SELECT {QUEUE_COLS} FROM queue_items q WHERE q.id = $1");
+    let rows = tx.query(&sql, &[text(id.as_str())]).await?;
+    rows.first().map(item_from).transpose()
+}
+
+/// The filters a listing and its counts share: tenant, provider, type, delivery and age.
+fn scope(q: &mut Query, f: &QueueFilter) {
+    q.tenants("q.tenant", &f.tenants);
+    q.eq_if("q.provider", f.provider.as_deref());
+    q.eq_if("q.event_type", f.event_type.as_deref());
+    q.eq_if("q.delivery_id", f.delivery.as_ref().map(DeliveryId::as_str));
+    if let Some(before) = f.created_before {
+        let p = q.bind(int(ms(before)));
+        q.push(&format!(" AND q.created_at < {p}"));
+    }
+    if let Some(since) = f.created_since {
+        let p = q.bind(int(ms(since)));
+        q.push(&format!(" AND q.created_at >= {p}"));
+    }
+}
+
+/// Items matching the filter, oldest first.
+pub(crate) async fn list<T: Tx + Send>(tx: &mut T, f: &QueueFilter) -> Result<Vec<QueueItem>> {
+    let mut q = Query::new(&format!(
+        "SELECT {QUEUE_COLS} FROM queue_items q WHERE 1 = 1"
+    ));
+    scope(&mut q, f);
+    q.eq_if("q.status", f.status.map(QueueStatus::as_str));
+    q.eq_if("q.kind", f.kind.map(QueueKind::as_str));
+    if let Some(after) = &f.after {
+        // Keyset paging on the listing's own order: rows inserted meanwhile are created
+        // later, so they sort after the cursor and never shift a page already handed out.
+        let c = q.bind(int(ms(after.created_at)));
+        let i = q.bind(text(after.id.as_str()));
+        // The `>=` bound alone is what an index on `created_at` can seek to; the rest drops
+        // the items of the cursor's own instant up to and including its id.
+        q.push(&format!(
+            " AND q.created_at >= {c} AND (q.created_at > {c} OR q.id > {i})"
+        ));
+    }
+    if let Some(before) = &f.before {
+        let c = q.bind(int(ms(before.created_at)));
+        let i = q.bind(text(before.id.as_str()));
+        q.push(&format!(
+            " AND q.created_at <= {c} AND (q.created_at < {c} OR q.id < {i})"
+        ));
+    }
+    // Paging backwards reads the items nearest the cursor first, then lists them oldest first.
+    let backwards = f.before.is_some() && f.after.is_none();
+    let order = if backwards {
+        "q.created_at DESC, q.id DESC"
+    } else {
+        "q.created_at, q.id"
+    };
+    let p = q.bind(int(i64::from(f.limit)));
+    q.push(&format!(" ORDER BY {order} LIMIT {p}"));
+    let rows = tx.query(&q.sql, &q.params).await?;
+    let mut items = rows.iter().map(item_from).collect::<Result<Vec<_>>>()?;
+    if backwards {
+        items.reverse();
+    }
+    Ok(items)
+}
+
+/// Whether the listing holds any item after `after` (or before `before`).
+async fn has<T: Tx + Send>(
+    tx: &mut T,
+    f: &QueueFilter,
+    after: Option<QueueCursor>,
+    before: Option<QueueCursor>,
+) -> Result<bool> {
+    let probe = QueueFilter {
+        after,
+        before,
+        limit: 1,
+        ..f.clone()
+    };
+    Ok(!list(tx, &probe).await?.is_empty())
+}
+
+/// Items per kind and status under the filter's tenant, provider, type, delivery and age.
+pub(crate) async fn counts<T: Tx + Send>(tx: &mut T, f: &QueueFilter) -> Result<QueueCounts> {
+    let mut q = Query::new("SELECT q.kind, q.status, COUNT(*) FROM queue_items q WHERE 1 = 1");
+    scope(&mut q, f);
+    q.push(" GROUP BY q.kind, q.status");
+    let mut counts = QueueCounts::default();
+    for row in tx.query(&q.sql, &q.params).await? {
+        let (kind, status) = (row.text(0)?, row.text(1)?);
+        let kind = QueueKind::parse(&kind)
+            .ok_or_else(|| StoreError::corrupt(format!("unknown queue kind {kind:?}")))?;
+        let n = row.int(2)?.max(0) as u64;
+        let slot = counts.of(kind);
+        match QueueStatus::parse(&status) {
+            Some(QueueStatus::Open) => slot.open = n,
+            Some(QueueStatus::Resolved) => slot.resolved = n,
+            None => {
+                return Err(StoreError::corrupt(format!(
+                    "unknown queue status {status:?}"
+                )))
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// One page and the counts, in the caller's (one) transaction. One row more than the page
+/// is read to know whether another page follows in the reading direction; the other side is
+/// probed for one item when a cursor was given.
+pub(crate) async fn page<T: Tx + Send>(tx: &mut T, f: &QueueFilter) -> Result<QueuePage> {
+    let mut probe = f.clone();
+    probe.limit = f.limit.saturating_add(1);
+    let mut items = list(tx, &probe).await?;
+    let more = items.len() > f.limit as usize;
+    let backwards = f.before.is_some() && f.after.is_none();
+    let (next, previous) = if backwards {
+        if more {
+            items.remove(0);
+        }
+        let previous = if more {
+            items.first().map(QueueCursor::after)
+        } else {
+            None
+        };
+        let next = match items.last() {
+            Some(last) => has(tx, f, Some(QueueCursor::after(last)), None)
+                .await?
+                .then(|| QueueCursor::after(last)),
+            None => None,
+        };
+        (next, previous)
+    } else {
+        items.truncate(f.limit as usize);
+        let next = if more {
+            items.last().map(QueueCursor::after)
+        } else {
+            None
+        };
+        let previous = match (&f.after, items.first()) {
+            (Some(_), Some(first)) => has(tx, f, None, Some(QueueCursor::after(first)))
+                .await?
+                .then(|| QueueCursor::after(first)),
+            _ => None,
+        };
+        (next, previous)
+    };
+    let counts = counts(tx, f).await?;
+    Ok(QueuePage {
+        items,
+        next,
+        previous,
+        counts,
+    })
 }

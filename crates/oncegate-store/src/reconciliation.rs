@@ -3,7 +3,7 @@
 //! expired reservations turned into verifications (critical) or takeovers (reversible), and
 //! the authority operations found with no local effect (invisible losses).
 //!
-//! Written once against `sql::Tx`, like `operations`, and run by both backends.
+//! Written once against `sql::Tx`, like every operation of the store, and run by both backends.
 
 use std::collections::BTreeMap;
 
@@ -13,10 +13,10 @@ use time::OffsetDateTime;
 use crate::codes::{self, ms, new_id};
 use crate::delivery::TenantFilter;
 use crate::effect::EffectRecord;
+use crate::effect::{self, EFFECT_COLS};
 use crate::error::StoreError;
-use crate::operations::{self, EFFECT_COLS, QUEUE_COLS};
 use crate::plan;
-use crate::queue::{QueueItem, Resolution, ResolutionOutcome};
+use crate::queue::{self, resolution, QueueItem, Resolution, ResolutionOutcome, QUEUE_COLS};
 use crate::sql::{int, opt_text, text, Query, Row, Tx, Value};
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -164,11 +164,11 @@ pub(crate) async fn resource_effects<T: Tx + Send>(
             ],
         )
         .await?;
-    rows.iter().map(operations::effect_from).collect()
+    rows.iter().map(effect::record_from).collect()
 }
 
 async fn item_or_missing<T: Tx + Send>(tx: &mut T, id: &QueueItemId) -> Result<QueueItem> {
-    operations::queue_item(tx, id)
+    queue::item(tx, id)
         .await?
         .ok_or_else(|| StoreError::NotFound {
             what: "queue item",
@@ -212,7 +212,7 @@ pub(crate) async fn resolve_with_evidence<T: Tx + Send>(
     resolution: &Resolution,
     evidence: &str,
 ) -> Result<QueueItem> {
-    let item = operations::resolve(tx, id, resolution).await?;
+    let item = resolution::resolve(tx, id, resolution).await?;
     let now = ms(resolution.at);
     tx.exec(
         "UPDATE queue_items SET resolution_evidence = $2 WHERE id = $1",
@@ -256,7 +256,7 @@ pub(crate) async fn open_reconcile_items<T: Tx + Send>(
          ORDER BY COALESCE(q.last_attempt_at, 0), q.created_at, q.id LIMIT $1"
     );
     let rows = tx.query(&sql, &[int(i64::from(limit))]).await?;
-    rows.iter().map(operations::queue_from).collect()
+    rows.iter().map(queue::item_from).collect()
 }
 
 /// The resources that effects or queue items of a type were recorded for at or after `since`.

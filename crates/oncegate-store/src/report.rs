@@ -1,7 +1,17 @@
 //! The report: received deliveries side by side with what became of them, per tenant,
-//! provider, environment and type, and the unexplained gap that must be zero.
+//! provider, environment and type, and the unexplained gap that must be zero; every figure
+//! counted from stored rows.
+
+use std::collections::BTreeMap;
 
 use time::OffsetDateTime;
+
+use crate::codes::ms;
+use crate::delivery::TenantFilter;
+use crate::error::StoreError;
+use crate::sql::{int, Query, Row, Tx};
+
+type Result<T> = std::result::Result<T, StoreError>;
 
 /// Counts over one group (or the total). Every figure is computed from stored rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -82,4 +92,103 @@ pub struct Report {
     /// Sorted by tenant, provider, env, type.
     pub rows: Vec<ReportRow>,
     pub total: ReportCounts,
+}
+
+type Group = (String, String, String, Option<String>);
+
+/// Restricts a count over table `alias` to rows whose `time` is at or after `since` and to the
+/// tenants, and groups it by tenant, provider, environment and type.
+fn grouped(q: &mut Query, alias: &str, time: &str, tenants: &TenantFilter, since: OffsetDateTime) {
+    let p = q.bind(int(ms(since)));
+    q.push(&format!(" AND {alias}.{time} >= {p}"));
+    q.tenants(&format!("{alias}.tenant"), tenants);
+    q.push(&format!(
+        " GROUP BY {alias}.tenant, {alias}.provider, {alias}.env, {alias}.event_type"
+    ));
+}
+
+/// Aggregates deliveries received at or after `since`, and what became of them, per group.
+pub(crate) async fn build<T: Tx + Send>(
+    tx: &mut T,
+    tenants: &TenantFilter,
+    since: OffsetDateTime,
+) -> Result<Report> {
+    let mut groups: BTreeMap<Group, ReportCounts> = BTreeMap::new();
+    let group =
+        |r: &Row| -> Result<Group> { Ok((r.text(0)?, r.text(1)?, r.text(2)?, r.opt_text(3)?)) };
+    let count = |r: &Row, i: usize| -> Result<u64> { Ok(r.int(i)?.max(0) as u64) };
+
+    let mut q = Query::new(
+        "SELECT d.tenant, d.provider, d.env, d.event_type, COUNT(*), \
+         COUNT(CASE WHEN p.action = 'reject' THEN 1 END), \
+         COUNT(CASE WHEN p.action = 'process' THEN 1 END), \
+         COUNT(CASE WHEN p.action = 'ignore' AND p.layer = 'transport' THEN 1 END), \
+         COUNT(CASE WHEN p.action = 'ignore' AND (p.layer IS NULL OR p.layer <> 'transport') THEN 1 END), \
+         COUNT(CASE WHEN p.action = 'quarantine' THEN 1 END), \
+         COUNT(CASE WHEN p.action = 'reconcile' THEN 1 END) \
+         FROM deliveries d LEFT JOIN proofs p ON p.delivery_id = d.id WHERE 1 = 1",
+    );
+    grouped(&mut q, "d", "received_at", tenants, since);
+    for r in tx.query(&q.sql, &q.params).await? {
+        let c = groups.entry(group(&r)?).or_default();
+        c.received = count(&r, 4)?;
+        c.rejected = count(&r, 5)?;
+        c.processed = count(&r, 6)?;
+        c.ignored_transport = count(&r, 7)?;
+        c.ignored_effect = count(&r, 8)?;
+        c.quarantined = count(&r, 9)?;
+        c.collisions = c.quarantined;
+        c.reconcile = count(&r, 10)?;
+    }
+
+    let mut q = Query::new(
+        "SELECT q.tenant, q.provider, q.env, q.event_type, \
+         COUNT(CASE WHEN q.status = 'open' THEN 1 END), COUNT(CASE WHEN q.status = 'resolved' THEN 1 END) \
+         FROM queue_items q WHERE q.kind = 'reconcile'",
+    );
+    grouped(&mut q, "q", "created_at", tenants, since);
+    for r in tx.query(&q.sql, &q.params).await? {
+        let c = groups.entry(group(&r)?).or_default();
+        c.reconcile_pending = count(&r, 4)?;
+        c.reconcile_resolved = count(&r, 5)?;
+    }
+
+    let mut q = Query::new(
+        "SELECT e.tenant, e.provider, e.env, e.event_type, \
+         COUNT(CASE WHEN e.state = 'completed' THEN 1 END), \
+         COUNT(CASE WHEN e.state IN ('failed', 'failed_retryable') THEN 1 END), \
+         COUNT(CASE WHEN e.state = 'unknown' THEN 1 END) \
+         FROM effects e WHERE 1 = 1",
+    );
+    grouped(&mut q, "e", "created_at", tenants, since);
+    for r in tx.query(&q.sql, &q.params).await? {
+        let c = groups.entry(group(&r)?).or_default();
+        c.effects_completed = count(&r, 4)?;
+        c.effects_failed = count(&r, 5)?;
+        c.effects_unknown = count(&r, 6)?;
+    }
+
+    for (g, n) in crate::reconciliation::missing_counts(tx, tenants, since).await? {
+        groups.entry(g).or_default().missing_at_source_check = n;
+    }
+    for (g, n) in crate::shadow::report_counts(tx, tenants, since).await? {
+        groups.entry(g).or_default().shadow_disagreements = n;
+    }
+
+    let mut total = ReportCounts::default();
+    let rows = groups
+        .into_iter()
+        .map(|((tenant, provider, env, event_type), counts)| {
+            let counts = counts.with_gap();
+            total.add(&counts);
+            ReportRow {
+                tenant,
+                provider,
+                env,
+                event_type,
+                counts,
+            }
+        })
+        .collect();
+    Ok(Report { since, rows, total })
 }

@@ -1,7 +1,13 @@
 //! Retention as data-model rules: what `purge` may remove and what it must keep. Purge is the
 //! only code path that deletes anything.
 
-use time::Duration;
+use time::{Duration, OffsetDateTime};
+
+use crate::codes::{duration_ms, ms};
+use crate::error::StoreError;
+use crate::sql::{int, Tx};
+
+type Result<T> = std::result::Result<T, StoreError>;
 
 /// How long each kind of record lives. The fast index has no entry here: each index row
 /// carries its own expiry (its strategy's horizon), or none when the type is durable.
@@ -33,4 +39,83 @@ pub struct PurgeCounts {
     /// Observations older than the proof retention: collision-breaker counter buckets and
     /// settled missing-operation records (a breaker's state and any open record stay).
     pub observations: u64,
+}
+
+/// Deliveries old enough to lose their proof, unless an open queue item still needs them.
+const PURGEABLE_DELIVERIES: &str = "SELECT d.id FROM deliveries d WHERE d.received_at < $1 \
+     AND NOT EXISTS (SELECT 1 FROM queue_items q WHERE q.delivery_id = d.id AND q.status = 'open')";
+
+/// Applies the retention rules inside the caller's transaction; a dry run is the same work
+/// rolled back, so its counts are exact.
+pub(crate) async fn purge<T: Tx + Send>(
+    tx: &mut T,
+    policy: &PurgePolicy,
+    now: OffsetDateTime,
+) -> Result<PurgeCounts> {
+    let now_ms = ms(now);
+    let payload_cutoff = int(now_ms.saturating_sub(duration_ms(policy.payload_retention)));
+    let proof_cutoff = int(now_ms.saturating_sub(duration_ms(policy.proof_retention)));
+    let mut counts = PurgeCounts {
+        index_entries: tx
+            .exec("DELETE FROM effect_index WHERE expires_at IS NOT NULL AND expires_at <= $1", &[int(now_ms)])
+            .await?,
+        payloads: tx
+            .exec("UPDATE deliveries SET payload = NULL WHERE payload IS NOT NULL AND received_at < $1", &[payload_cutoff])
+            .await?,
+        ..PurgeCounts::default()
+    };
+    let cut = std::slice::from_ref(&proof_cutoff);
+    counts.proofs = tx
+        .exec(
+            &format!("DELETE FROM proofs WHERE delivery_id IN ({PURGEABLE_DELIVERIES})"),
+            cut,
+        )
+        .await?;
+    tx.exec(
+        &format!("DELETE FROM links WHERE delivery_id IN ({PURGEABLE_DELIVERIES})"),
+        cut,
+    )
+    .await?;
+    counts.queue_items = tx
+        .exec(&format!("DELETE FROM queue_items WHERE status = 'resolved' AND delivery_id IN ({PURGEABLE_DELIVERIES})"), cut)
+        .await?;
+    counts.deliveries = tx
+        .exec(
+            &format!("DELETE FROM deliveries WHERE id IN ({PURGEABLE_DELIVERIES})"),
+            cut,
+        )
+        .await?;
+    // Durable effects keep their identity forever; others go once nothing refers to them and
+    // no reservation or claim is in flight.
+    counts.effects = tx
+        .exec(
+            "DELETE FROM effects WHERE durable = FALSE AND state NOT IN ('reserved', 'released') AND updated_at < $1 \
+             AND NOT EXISTS (SELECT 1 FROM links l WHERE l.effect_id = effects.id) \
+             AND NOT EXISTS (SELECT 1 FROM proofs p WHERE p.effect_id = effects.id) \
+             AND NOT EXISTS (SELECT 1 FROM queue_items q WHERE q.existing_effect = effects.id AND q.status = 'open')",
+            cut,
+        )
+        .await?;
+    // Counters and settled sightings are observations, not proofs: past the proof retention
+    // they explain nothing anyone can still ask about. Without this they would only grow.
+    counts.observations = tx
+        .exec("DELETE FROM breaker_counts WHERE bucket < $1", cut)
+        .await?
+        + tx.exec(
+            "DELETE FROM missing_operations WHERE settled_at IS NOT NULL AND settled_at < $1",
+            cut,
+        )
+        .await?;
+    let kept = tx
+        .query(
+            "SELECT COUNT(*) FROM effects e WHERE e.durable = TRUE \
+             AND NOT EXISTS (SELECT 1 FROM links l WHERE l.effect_id = e.id)",
+            &[],
+        )
+        .await?;
+    counts.durable_identities_kept = match kept.first() {
+        Some(row) => row.int(0)?.max(0) as u64,
+        None => 0,
+    };
+    Ok(counts)
 }

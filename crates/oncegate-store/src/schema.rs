@@ -185,7 +185,7 @@ pub(crate) fn postgres() -> Vec<(i64, String)> {
 /// Version 5: the queue listed in its own order whatever the status. `(status, created_at)`
 /// serves the open (or resolved) tab; a listing of every status, paged on `(created_at, id)`,
 /// otherwise reads and sorts the whole table for each page (measured: a sequential scan of
-/// 200 000 items per page on PostgreSQL 15). Version 5 is left to another change.
+/// 200 000 items per page on PostgreSQL 15).
 const QUEUE_PAGES: &str =
     "CREATE INDEX IF NOT EXISTS queue_created ON queue_items (created_at, id);\n";
 

@@ -27,11 +27,12 @@ use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
 use time::OffsetDateTime;
 
 use crate::codes::ms;
+use crate::effect::link;
 use crate::effect::LinkKind;
 use crate::error::StoreError;
-use crate::operations::{self, link, mark_resolved};
 use crate::plan;
-use crate::queue::{QueueItem, QueueKind, Resolution, ResolutionOutcome};
+use crate::queue::resolution::mark_resolved;
+use crate::queue::{self, QueueItem, QueueKind, Resolution, ResolutionOutcome};
 use crate::sql::{int, opt_text, text, Tx};
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -140,7 +141,7 @@ pub(crate) async fn settle<T: Tx + Send>(
         }
     }
     settle_others(tx, item, effect, r).await?;
-    operations::queue_item(tx, &item.id)
+    queue::item(tx, &item.id)
         .await?
         .ok_or_else(|| StoreError::NotFound {
             what: "queue item",
@@ -324,7 +325,7 @@ pub(crate) async fn settle_verified<T: Tx + Send>(
             &[text(id.as_str()), text(evidence)],
         )
         .await?;
-        if let Some(item) = operations::queue_item(tx, id).await? {
+        if let Some(item) = queue::item(tx, id).await? {
             items.push(item);
         }
     }

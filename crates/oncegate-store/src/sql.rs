@@ -159,7 +159,8 @@ pub(crate) trait Tx: Send {
     /// changed a row. Returns whether it did; when it did not, nothing is written.
     ///
     /// By default (inside a transaction the backend opened) the statements simply run in
-    /// order. PostgreSQL sends them as one statement instead (see `postgres::chained`).
+    /// order. PostgreSQL sends them as one statement instead (see `chained` in
+    /// `postgres::executor`).
     fn write_decision(
         &mut self,
         head: Option<&Statement>,

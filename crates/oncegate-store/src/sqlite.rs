@@ -2,7 +2,7 @@
 //!
 //! All writes go through one dedicated writer thread that owns the only writing connection and
 //! receives work on a channel. It takes every request waiting in the channel (waiting briefly
-//! for the callers of its last batch to come back, see `writer_loop`), runs each in its own
+//! for the callers of its last batch to come back, see `writer`), runs each in its own
 //! SAVEPOINT inside one transaction, commits once, and only then answers every caller.
 //!
 //! Why batch: with `synchronous=FULL` every commit costs an fsync, which dominates the cost of
@@ -16,49 +16,36 @@
 //! decision is not a read followed by a write: the caller's matrix is shared into the writer
 //! thread, which reads the view, runs the matrix and applies the decision in the item's
 //! SAVEPOINT, so a decision costs one hop to the writer and one read of the view.
+//!
+//! `executor` runs the shared operations on a connection; `writer` is the writer thread and its
+//! batches; here are the store, its readers, and how a listed call's arguments travel to either
+//! (`Carry`).
 
-use std::borrow::Cow;
-use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::borrow::Borrow;
 use std::path::{Path, PathBuf};
-use std::pin::pin;
 use std::sync::{mpsc, Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
 use std::thread::JoinHandle;
-use std::time::Instant;
 
-use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
-use rusqlite::types::{ToSqlOutput, ValueRef};
-use rusqlite::{Connection, ErrorCode, ToSql};
+use rusqlite::{Connection, ErrorCode};
 use time::{Duration, OffsetDateTime};
 use tokio::sync::oneshot;
 
-use crate::breaker::{self, Breaker, BreakerRecord, BreakerRule, BreakerScope};
 use crate::codes::{ms, new_id};
-use crate::decision::{DecideOutcome, DecideRequest, ProofRecord};
-use crate::delivery::{
-    DeliveryFilter, DeliveryRecord, DeliverySummary, NewReception, TenantFilter,
-};
-use crate::effect::{Claim, EffectRecord};
+use crate::decision::{DecideOutcome, DecideRequest};
+use crate::delivery::NewReception;
 use crate::error::StoreError;
-use crate::operations;
-use crate::queue::{QueueFilter, QueueItem, QueuePage, Resolution};
-use crate::reconciliation::{self, MissingOperation, ReconcileAttempt, ResourceScope};
-use crate::report::Report;
-use crate::retention::{PurgeCounts, PurgePolicy};
+use crate::queue::Resolution;
+use crate::reconciliation::ReconcileAttempt;
 use crate::schema;
-use crate::sql::{Cell, Dialect, Row, Statement, Tx, Value};
-use crate::{Matrix, Store};
+use crate::Matrix;
+
+mod executor;
+mod writer;
+
+use executor::{now_or_never, SqliteTx};
+use writer::{writer_loop, Pending, WriteJob};
 
 type Result<T> = std::result::Result<T, StoreError>;
-
-/// The most requests one group commit takes; beyond it the next batch starts, so one huge
-/// burst cannot hold every caller behind a single long transaction.
-const MAX_BATCH: usize = 512;
-
-/// The longest the writer waits for the callers of its last batch to come back before it
-/// starts the next one (see `writer_loop`); well under the cost of the commit it saves.
-const GATHER: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// Reads running at once, each on its own connection kept open for reuse. Opening a SQLite
 /// connection costs far more than a read, so concurrent readers wait for a connection rather
@@ -251,125 +238,6 @@ fn migrate(conn: &mut Connection) -> Result<()> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The executor the shared operations run on
-
-/// A SQLite connection inside a transaction the store opened.
-pub(crate) struct SqliteTx<'a> {
-    conn: &'a mut Connection,
-}
-
-impl ToSql for Value {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(match self {
-            Value::Text(Some(s)) => ToSqlOutput::Borrowed(ValueRef::Text(s.as_bytes())),
-            Value::Int(Some(v)) => ToSqlOutput::Owned(rusqlite::types::Value::Integer(*v)),
-            Value::Bool(b) => ToSqlOutput::Owned(rusqlite::types::Value::Integer(i64::from(*b))),
-            Value::Bytes(Some(b)) => ToSqlOutput::Borrowed(ValueRef::Blob(b)),
-            Value::Text(None) | Value::Int(None) | Value::Bytes(None) => {
-                ToSqlOutput::Owned(rusqlite::types::Value::Null)
-            }
-        })
-    }
-}
-
-/// The shared statements use PostgreSQL's `$1`; SQLite's numbered form is `?1`.
-fn placeholders(sql: &str) -> Cow<'_, str> {
-    if sql.contains('$') {
-        Cow::Owned(sql.replace('$', "?"))
-    } else {
-        Cow::Borrowed(sql)
-    }
-}
-
-impl SqliteTx<'_> {
-    fn exec_now(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&placeholders(sql))
-            .map_err(sqlite_err)?;
-        let n = stmt
-            .execute(rusqlite::params_from_iter(params.iter()))
-            .map_err(sqlite_err)?;
-        Ok(n as u64)
-    }
-
-    fn query_now(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&placeholders(sql))
-            .map_err(sqlite_err)?;
-        let columns = stmt.column_count();
-        let mut rows = stmt
-            .query(rusqlite::params_from_iter(params.iter()))
-            .map_err(sqlite_err)?;
-        let mut out = Vec::new();
-        while let Some(row) = rows.next().map_err(sqlite_err)? {
-            let mut cells = Vec::with_capacity(columns);
-            for i in 0..columns {
-                cells.push(match row.get_ref(i).map_err(sqlite_err)? {
-                    ValueRef::Null => Cell::Null,
-                    ValueRef::Integer(v) => Cell::Int(v),
-                    ValueRef::Real(v) => Cell::Int(v as i64),
-                    ValueRef::Text(t) => Cell::Text(String::from_utf8_lossy(t).into_owned()),
-                    ValueRef::Blob(b) => Cell::Bytes(b.to_vec()),
-                });
-            }
-            out.push(Row(cells));
-        }
-        Ok(out)
-    }
-}
-
-impl Tx for SqliteTx<'_> {
-    fn dialect(&self) -> Dialect {
-        Dialect::Sqlite
-    }
-
-    fn exec(&mut self, sql: &str, params: &[Value]) -> impl Future<Output = Result<u64>> + Send {
-        std::future::ready(self.exec_now(sql, params))
-    }
-
-    fn query(
-        &mut self,
-        sql: &str,
-        params: &[Value],
-    ) -> impl Future<Output = Result<Vec<Row>>> + Send {
-        std::future::ready(self.query_now(sql, params))
-    }
-
-    fn exec_all(
-        &mut self,
-        statements: &[Statement],
-    ) -> impl Future<Output = Result<Vec<u64>>> + Send {
-        std::future::ready(
-            statements
-                .iter()
-                .map(|(sql, params)| self.exec_now(sql, params))
-                .collect(),
-        )
-    }
-}
-
-struct NoopWake;
-
-impl Wake for NoopWake {
-    fn wake(self: Arc<Self>) {}
-}
-
-/// Runs a shared operation on SQLite. Its statements complete synchronously, so the future is
-/// ready on its first poll; one that is not would be a bug, reported rather than spun on.
-fn now_or_never<T>(fut: impl Future<Output = Result<T>>) -> Result<T> {
-    let waker = Waker::from(Arc::new(NoopWake));
-    let mut cx = Context::from_waker(&waker);
-    match pin!(fut).poll(&mut cx) {
-        Poll::Ready(r) => r,
-        Poll::Pending => Err(StoreError::Corrupt(
-            "a SQLite operation waited, which it never should".to_owned(),
-        )),
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Readers
 
 struct Readers {
@@ -398,138 +266,97 @@ impl Readers {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The writer
-
-/// One request to the writer, type-erased so different operations share the channel.
-trait WriteJob: Send {
-    /// Runs inside the batch transaction; returns whether its writes are to be kept.
-    fn run(&mut self, conn: &mut Connection) -> bool;
-    /// Answers the caller once the batch's fate is known (`Some(cause)` if it did not commit).
-    fn answer(self: Box<Self>, failure: Option<&str>);
-}
-
-struct Pending<T, F> {
-    work: Option<F>,
-    keep: bool,
-    result: Option<Result<T>>,
-    reply: oneshot::Sender<Result<T>>,
-}
-
-impl<T, F> WriteJob for Pending<T, F>
-where
-    T: Send + 'static,
-    F: FnOnce(&mut SqliteTx<'_>) -> Result<T> + Send + 'static,
-{
-    fn run(&mut self, conn: &mut Connection) -> bool {
-        let Some(work) = self.work.take() else {
-            return false;
-        };
-        // A panicking item must not take the writer (and every other caller) down with it.
-        let result = catch_unwind(AssertUnwindSafe(|| work(&mut SqliteTx { conn })))
-            .unwrap_or_else(|_| {
-                Err(StoreError::Corrupt(
-                    "a write failed unexpectedly and was rolled back".to_owned(),
-                ))
-            });
-        let keep = self.keep && result.is_ok();
-        self.result = Some(result);
-        keep
-    }
-
-    fn answer(self: Box<Self>, failure: Option<&str>) {
-        let this = *self;
-        let answer = match (this.result, failure) {
-            // An item that failed on its own keeps its own error, whatever became of the batch.
-            (Some(Err(e)), _) => Err(e),
-            (Some(Ok(v)), None) => Ok(v),
-            (_, Some(cause)) => Err(StoreError::unavailable_plain(cause)),
-            (None, None) => Err(StoreError::unavailable_plain("the write was not run")),
-        };
-        let _ = this.reply.send(answer);
-    }
-}
-
-fn writer_loop(mut conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteJob>>) {
-    // The callers answered by the last commit usually come straight back with their next
-    // request, but one at a time: starting the next batch with only the first of them would
-    // pay a whole commit (an fsync) for a handful of items while the rest queue behind it.
-    // So the writer gathers until as many requests as the last batch held are in, or for at
-    // most `GATHER`. A lone caller (a batch of one) never waits.
-    let mut expected = 1;
-    while let Ok(first) = jobs.recv() {
-        let mut batch = vec![first];
-        let deadline = Instant::now() + GATHER;
-        while batch.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(mpsc::TryRecvError::Disconnected) => break,
-                Err(mpsc::TryRecvError::Empty) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if batch.len() >= expected || left.is_zero() {
-                        break;
-                    }
-                    match jobs.recv_timeout(left) {
-                        Ok(job) => batch.push(job),
-                        Err(_) => break,
-                    }
-                }
-            }
-        }
-        expected = batch.len();
-        run_batch(&mut conn, batch);
-    }
-}
-
-fn short_cause(e: rusqlite::Error) -> String {
-    match sqlite_err(e) {
-        StoreError::Unavailable { cause, .. } => cause,
-        other => other.to_string(),
-    }
-}
-
-fn run_batch(conn: &mut Connection, mut batch: Vec<Box<dyn WriteJob>>) {
-    let mut failure: Option<String> = conn.execute_batch("BEGIN IMMEDIATE").err().map(short_cause);
-    if failure.is_none() {
-        for job in batch.iter_mut() {
-            // Some errors (a full disk, an I/O error) make SQLite roll the whole transaction
-            // back; running further items would then commit them one by one, outside the
-            // batch's all-or-nothing answer, so the batch stops there.
-            if conn.is_autocommit() {
-                failure = Some("the transaction was aborted by the database".to_owned());
-                break;
-            }
-            if let Err(e) = conn.execute_batch("SAVEPOINT item") {
-                failure = Some(short_cause(e));
-                break;
-            }
-            let keep = job.run(conn);
-            let end = if keep {
-                conn.execute_batch("RELEASE item")
-            } else {
-                conn.execute_batch("ROLLBACK TO item; RELEASE item")
-            };
-            if let Err(e) = end {
-                failure = Some(short_cause(e));
-                break;
-            }
-        }
-    }
-    if failure.is_none() {
-        failure = conn.execute_batch("COMMIT").err().map(short_cause);
-    }
-    if failure.is_some() && !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
-    }
-    for job in batch {
-        job.answer(failure.as_deref());
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // The store
 
-#[async_trait::async_trait]
-impl Store for SqliteStore {
+/// A `Store` call's argument on its way to the reader or writer threads, which can hold no
+/// borrow of the caller's: owned for the trip, then lent back to the operation in the form the
+/// call took it (a reference as a reference, a value as a value, an owned value by reference).
+trait Carry {
+    type Owned: Send + 'static;
+    type Lent<'a>;
+    fn own(self) -> Self::Owned;
+    fn lend(owned: &Self::Owned) -> Self::Lent<'_>;
+}
+
+impl<T> Carry for &T
+where
+    T: ToOwned + ?Sized + 'static,
+    T::Owned: Send,
+{
+    type Owned = T::Owned;
+    type Lent<'a> = &'a T;
+
+    fn own(self) -> T::Owned {
+        self.to_owned()
+    }
+
+    fn lend(owned: &T::Owned) -> &T {
+        owned.borrow()
+    }
+}
+
+/// Small values the operations take by value.
+macro_rules! carried_as_copies {
+    ($($t:ty),*) => {$(
+        impl Carry for $t {
+            type Owned = $t;
+            type Lent<'a> = $t;
+
+            fn own(self) -> $t {
+                self
+            }
+
+            fn lend(owned: &$t) -> $t {
+                *owned
+            }
+        }
+    )*};
+}
+
+carried_as_copies!(bool, u32, u64, Duration, OffsetDateTime);
+
+/// Values a call takes by value and its operation by reference.
+macro_rules! carried_as_references {
+    ($($t:ty),*) => {$(
+        impl Carry for $t {
+            type Owned = $t;
+            type Lent<'a> = &'a $t;
+
+            fn own(self) -> $t {
+                self
+            }
+
+            fn lend(owned: &$t) -> &$t {
+                owned
+            }
+        }
+    )*};
+}
+
+carried_as_references!(Resolution, ReconcileAttempt);
+
+/// Runs one operation of `store_impl!`'s list: its arguments carried (`Carry`) to a reader, or
+/// to the writer's next batch.
+macro_rules! run {
+    (
+        $store:expr, $mode:ident, $keep:expr,
+        [$($arg:ident: $ty:ty),*], $op:path, [$($call:expr),*]
+    ) => {{
+        $(let $arg = <$ty as Carry>::own($arg);)*
+        run!(@on $store, $mode, $keep, move |tx| {
+            $(#[allow(unused_variables)] let $arg = <$ty as Carry>::lend(&$arg);)*
+            now_or_never($op(tx, $($call),*))
+        })
+    }};
+    (@on $store:expr, read, $keep:expr, $work:expr) => {
+        $store.read($work).await
+    };
+    (@on $store:expr, write, $keep:expr, $work:expr) => {
+        $store.write($keep, $work).await
+    };
+}
+
+crate::operations::store_impl!(SqliteStore, run, {
     fn backend(&self) -> &'static str {
         "sqlite"
     }
@@ -544,7 +371,7 @@ impl Store for SqliteStore {
         let id = DeliveryId::from_u128(new_id(reception.received_at));
         let answer = id.clone();
         self.write(true, move |tx| {
-            now_or_never(operations::journal(tx, &id, &reception))
+            now_or_never(crate::delivery::journal(tx, &id, &reception))
         })
         .await?;
         Ok(answer)
@@ -555,329 +382,17 @@ impl Store for SqliteStore {
         // the batch, so nothing can change the view in between (it holds the write lock).
         let matrix = matrix.share();
         self.write(true, move |tx| {
-            now_or_never(operations::decide(tx, &request, None, |view| {
+            now_or_never(crate::decision::decide(tx, &request, None, |view| {
                 matrix.decide(view)
             }))
         })
         .await
     }
 
-    async fn complete(
-        &self,
-        effect: &EffectId,
-        token: u64,
-        result: &str,
-        now: OffsetDateTime,
-    ) -> Result<()> {
-        let (effect, result) = (effect.clone(), result.to_owned());
-        self.write(true, move |tx| {
-            now_or_never(operations::complete(tx, &effect, token, &result, now))
-        })
-        .await
-    }
-
-    async fn fail(
-        &self,
-        effect: &EffectId,
-        token: u64,
-        retryable: bool,
-        error: &str,
-        now: OffsetDateTime,
-    ) -> Result<()> {
-        let (effect, error) = (effect.clone(), error.to_owned());
-        self.write(true, move |tx| {
-            now_or_never(operations::fail(tx, &effect, token, retryable, &error, now))
-        })
-        .await
-    }
-
-    async fn heartbeat(
-        &self,
-        effect: &EffectId,
-        token: u64,
-        lease: Duration,
-        now: OffsetDateTime,
-    ) -> Result<OffsetDateTime> {
-        let effect = effect.clone();
-        self.write(true, move |tx| {
-            now_or_never(operations::heartbeat(tx, &effect, token, lease, now))
-        })
-        .await
-    }
-
     async fn expire_leases(&self, now: OffsetDateTime) -> Result<Vec<EffectId>> {
         self.write(true, move |tx| {
-            now_or_never(operations::expire_leases(tx, now))
+            now_or_never(crate::reconciliation::expire_leases(tx, now))
         })
         .await
     }
-
-    async fn delivery(&self, id: &DeliveryId) -> Result<Option<DeliveryRecord>> {
-        let id = id.clone();
-        self.read(move |tx| now_or_never(operations::delivery(tx, &id)))
-            .await
-    }
-
-    async fn proof(&self, id: &DeliveryId) -> Result<Option<ProofRecord>> {
-        let id = id.clone();
-        self.read(move |tx| now_or_never(operations::proof(tx, &id)))
-            .await
-    }
-
-    async fn effect(&self, id: &EffectId) -> Result<Option<EffectRecord>> {
-        let id = id.clone();
-        self.read(move |tx| now_or_never(operations::effect(tx, &id)))
-            .await
-    }
-
-    async fn deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<DeliverySummary>> {
-        let filter = filter.clone();
-        self.read(move |tx| now_or_never(operations::deliveries(tx, &filter)))
-            .await
-    }
-
-    async fn queue_list(&self, filter: &QueueFilter) -> Result<Vec<QueueItem>> {
-        let filter = filter.clone();
-        self.read(move |tx| now_or_never(operations::queue_list(tx, &filter)))
-            .await
-    }
-
-    async fn queue_page(&self, filter: &QueueFilter) -> Result<QueuePage> {
-        let filter = filter.clone();
-        self.read(move |tx| now_or_never(operations::queue_page(tx, &filter)))
-            .await
-    }
-
-    async fn queue_item(&self, id: &QueueItemId) -> Result<Option<QueueItem>> {
-        let id = id.clone();
-        self.read(move |tx| now_or_never(operations::queue_item(tx, &id)))
-            .await
-    }
-
-    async fn resolve(&self, item: &QueueItemId, resolution: Resolution) -> Result<QueueItem> {
-        let item = item.clone();
-        self.write(true, move |tx| {
-            now_or_never(operations::resolve(tx, &item, &resolution))
-        })
-        .await
-    }
-
-    async fn claim(
-        &self,
-        worker: &str,
-        tenants: &TenantFilter,
-        lease: Duration,
-        now: OffsetDateTime,
-    ) -> Result<Option<Claim>> {
-        let (worker, tenants) = (worker.to_owned(), tenants.clone());
-        self.write(true, move |tx| {
-            now_or_never(operations::claim(tx, &worker, &tenants, lease, now))
-        })
-        .await
-    }
-
-    async fn report(&self, tenants: &TenantFilter, since: OffsetDateTime) -> Result<Report> {
-        let tenants = tenants.clone();
-        self.read(move |tx| now_or_never(operations::report(tx, &tenants, since)))
-            .await
-    }
-
-    async fn resource_effects(&self, scope: &ResourceScope) -> Result<Vec<EffectRecord>> {
-        let scope = scope.clone();
-        self.read(move |tx| now_or_never(reconciliation::resource_effects(tx, &scope)))
-            .await
-    }
-
-    async fn open_reconcile_items(&self, limit: u32) -> Result<Vec<QueueItem>> {
-        self.read(move |tx| now_or_never(reconciliation::open_reconcile_items(tx, limit)))
-            .await
-    }
-
-    async fn record_reconcile_attempt(
-        &self,
-        item: &QueueItemId,
-        attempt: ReconcileAttempt,
-    ) -> Result<QueueItem> {
-        let item = item.clone();
-        self.write(true, move |tx| {
-            now_or_never(reconciliation::record_attempt(tx, &item, &attempt))
-        })
-        .await
-    }
-
-    async fn resolve_with_evidence(
-        &self,
-        item: &QueueItemId,
-        resolution: Resolution,
-        evidence: &str,
-    ) -> Result<QueueItem> {
-        let (item, evidence) = (item.clone(), evidence.to_owned());
-        self.write(true, move |tx| {
-            now_or_never(reconciliation::resolve_with_evidence(
-                tx,
-                &item,
-                &resolution,
-                &evidence,
-            ))
-        })
-        .await
-    }
-
-    async fn resources_seen(
-        &self,
-        provider: &str,
-        event_type: &str,
-        since: OffsetDateTime,
-    ) -> Result<Vec<ResourceScope>> {
-        let (provider, event_type) = (provider.to_owned(), event_type.to_owned());
-        self.read(move |tx| {
-            now_or_never(reconciliation::resources_seen(
-                tx,
-                &provider,
-                &event_type,
-                since,
-            ))
-        })
-        .await
-    }
-
-    async fn record_missing(
-        &self,
-        scope: &ResourceScope,
-        missing: &[MissingOperation],
-        now: OffsetDateTime,
-    ) -> Result<u64> {
-        let (scope, missing) = (scope.clone(), missing.to_vec());
-        self.write(true, move |tx| {
-            now_or_never(reconciliation::record_missing(tx, &scope, &missing, now))
-        })
-        .await
-    }
-
-    async fn purge(
-        &self,
-        policy: &PurgePolicy,
-        now: OffsetDateTime,
-        dry_run: bool,
-    ) -> Result<PurgeCounts> {
-        let policy = *policy;
-        self.write(!dry_run, move |tx| {
-            now_or_never(operations::purge(tx, &policy, now))
-        })
-        .await
-    }
-
-    async fn breaker_record(
-        &self,
-        scope: &BreakerScope,
-        collision: bool,
-        rule: &BreakerRule,
-        now: OffsetDateTime,
-    ) -> Result<BreakerRecord> {
-        let (scope, rule) = (scope.clone(), *rule);
-        self.write(true, move |tx| {
-            now_or_never(breaker::record(tx, &scope, collision, &rule, now))
-        })
-        .await
-    }
-
-    async fn breaker(
-        &self,
-        scope: &BreakerScope,
-        rule: &BreakerRule,
-        now: OffsetDateTime,
-    ) -> Result<Breaker> {
-        let (scope, rule) = (scope.clone(), *rule);
-        self.read(move |tx| now_or_never(breaker::read(tx, &scope, &rule, now)))
-            .await
-    }
-
-    async fn breakers(&self, rule: &BreakerRule, now: OffsetDateTime) -> Result<Vec<Breaker>> {
-        let rule = *rule;
-        self.read(move |tx| now_or_never(breaker::list(tx, &rule, now)))
-            .await
-    }
-
-    async fn breaker_close(
-        &self,
-        scope: &BreakerScope,
-        note: &str,
-        by: &str,
-        now: OffsetDateTime,
-    ) -> Result<Breaker> {
-        let (scope, note, by) = (scope.clone(), note.to_owned(), by.to_owned());
-        self.write(true, move |tx| {
-            now_or_never(breaker::close(tx, &scope, &note, &by, now))
-        })
-        .await
-    }
-
-    async fn migration_sources(&self) -> Result<Vec<crate::alias::MigrationSource>> {
-        self.read(move |tx| now_or_never(crate::alias::migration_sources(tx)))
-            .await
-    }
-
-    async fn record_alias(&self, alias: &crate::alias::NewAlias) -> Result<bool> {
-        let alias = alias.clone();
-        self.write(true, move |tx| {
-            now_or_never(crate::alias::record_alias(tx, &alias))
-        })
-        .await
-    }
-
-    async fn settle_unknown(
-        &self,
-        effect: &EffectId,
-        verified: &crate::settlement::Verified,
-        resolution: Resolution,
-        evidence: &str,
-    ) -> Result<Vec<QueueItem>> {
-        let (effect, verified, evidence) = (effect.clone(), verified.clone(), evidence.to_owned());
-        self.write(true, move |tx| {
-            now_or_never(crate::settlement::settle_verified(
-                tx,
-                &effect,
-                &verified,
-                &resolution,
-                &evidence,
-            ))
-        })
-        .await
-    }
-
-    async fn rescope(
-        &self,
-        scopes: &[crate::rescope::OperationScope],
-    ) -> Result<crate::rescope::RescopeCounts> {
-        let scopes = scopes.to_vec();
-        self.write(true, move |tx| {
-            now_or_never(crate::rescope::rescope(tx, &scopes))
-        })
-        .await
-    }
-
-    async fn shadow_observe(
-        &self,
-        observation: &crate::shadow::ShadowObservation,
-    ) -> Result<Option<crate::shadow::ShadowPrior>> {
-        let o = observation.clone();
-        self.write(true, move |tx| now_or_never(crate::shadow::observe(tx, &o)))
-            .await
-    }
-
-    async fn shadow_disagreement(&self, d: &crate::shadow::ShadowDisagreement) -> Result<()> {
-        let d = d.clone();
-        self.write(true, move |tx| {
-            now_or_never(crate::shadow::record_disagreement(tx, &d))
-        })
-        .await
-    }
-
-    async fn shadow_counts(
-        &self,
-        since: OffsetDateTime,
-    ) -> Result<Vec<crate::shadow::ShadowCount>> {
-        self.read(move |tx| now_or_never(crate::shadow::counts(tx, since)))
-            .await
-    }
-}
+});

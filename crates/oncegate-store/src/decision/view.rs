@@ -1,0 +1,166 @@
+//! The view a decision is made on: the delivery's scope as journaled, then in one statement
+//! the earlier packet with its transport key, the live index entry of its effect key with its
+//! effect, the latest effect with the key and an alias's effect, turned into the matrix's
+//! `PriorView` by `plan`.
+
+use oncegate_core::ids::DeliveryId;
+use oncegate_core::matrix::Prior;
+
+use crate::codes::ms;
+use crate::decision::{event_type_of, DecideRequest, PriorView};
+use crate::delivery::TransportStrength;
+use crate::error::StoreError;
+use crate::plan::{self, EffectRow, Scope};
+use crate::sql::{opt_text, text, Row, Tx};
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+/// The delivery being decided, as journaled, and whether it already has a proof.
+pub(super) async fn scope<T: Tx + Send>(tx: &mut T, delivery: &DeliveryId) -> Result<Scope> {
+    let rows = tx
+        .query(
+            "SELECT d.tenant, d.provider, d.env, d.event_type, d.transport_key, d.transport_strength, d.body_sha256, \
+             (SELECT COUNT(*) FROM proofs p WHERE p.delivery_id = d.id) \
+             FROM deliveries d WHERE d.id = $1",
+            &[text(delivery.as_str())],
+        )
+        .await?;
+    let row = rows.first().ok_or_else(|| StoreError::NotFound {
+        what: "delivery",
+        id: delivery.to_string(),
+    })?;
+    Ok(Scope {
+        tenant: row.text(0)?,
+        provider: row.text(1)?,
+        env: row.text(2)?,
+        event_type: row.opt_text(3)?,
+        transport_key: row.opt_text(4)?,
+        transport_strength: row
+            .opt_text(5)?
+            .as_deref()
+            .and_then(TransportStrength::parse),
+        body_sha256: row.text(6)?,
+        decided: row.int(7)? > 0,
+    })
+}
+
+const EFFECT_VIEW_COLS: &str = "e.id, e.state, e.fencing_token, e.lease_until, e.first_delivery, e.discriminants, e.result, e.error";
+
+fn effect_row(row: &Row, at: usize) -> Result<EffectRow> {
+    Ok(EffectRow {
+        id: row.text(at)?,
+        state: row.text(at + 1)?,
+        token: row.int(at + 2)?,
+        lease_until: row.opt_int(at + 3)?,
+        first_delivery: row.text(at + 4)?,
+        discriminants: row.text(at + 5)?,
+        result: row.opt_text(at + 6)?,
+        error: row.opt_text(at + 7)?,
+    })
+}
+
+/// What is known about the delivery's transport key and effect key, in one statement.
+pub(super) async fn load<T: Tx + Send>(
+    tx: &mut T,
+    scope: &Scope,
+    req: &DecideRequest,
+) -> Result<PriorView> {
+    let now = ms(req.now);
+    let hash = req
+        .key
+        .as_ref()
+        .map(|key| scope.key_hash(event_type_of(scope, req).as_deref(), key));
+    // One statement, so one snapshot: at READ COMMITTED two separate look-ups could see the
+    // index before a concurrent reservation committed and its effect after, and mistake a live
+    // key for a purged one. It is also one round trip instead of three.
+    //
+    // `t`: the earliest decided, non-rejected delivery with the same strong transport key (one
+    // with the same body first); a packet journaled but refused proves nothing. `i`/`e`: the
+    // fast-index entry and its effect. `l`: the latest effect with this key, whatever the index
+    // says, for when the horizon passed.
+    let sql = format!(
+        "SELECT t.id, t.body_sha256, i.scope_hash, i.expires_at, {indexed}, {latest}, {aliased} \
+         FROM (SELECT CAST($1 AS TEXT) AS h) k \
+         LEFT JOIN (SELECT d.id, d.body_sha256 FROM deliveries d JOIN proofs p ON p.delivery_id = d.id \
+                    WHERE d.tenant = $2 AND d.provider = $3 AND d.env = $4 AND d.transport_key = $5 \
+                    AND d.transport_strength = 'strong' AND d.id <> $6 AND p.action <> 'reject' \
+                    ORDER BY CASE WHEN d.body_sha256 = $7 THEN 0 ELSE 1 END, d.id LIMIT 1) t ON 1 = 1 \
+         LEFT JOIN effect_index i ON i.scope_hash = k.h \
+         LEFT JOIN effects e ON e.id = i.effect_id \
+         LEFT JOIN effects l ON l.id = (SELECT x.id FROM effects x WHERE x.scope_hash = k.h \
+                                        ORDER BY x.created_at DESC, x.id DESC LIMIT 1) \
+         LEFT JOIN effects a ON a.id = (SELECT y.effect_id FROM effect_aliases y WHERE y.alias_hash = k.h)",
+        indexed = EFFECT_VIEW_COLS,
+        latest = EFFECT_VIEW_COLS.replace("e.", "l."),
+        aliased = EFFECT_VIEW_COLS.replace("e.", "a."),
+    );
+    let rows = tx
+        .query(
+            &sql,
+            &[
+                opt_text(hash.as_deref()),
+                text(scope.tenant.as_str()),
+                text(scope.provider.as_str()),
+                text(scope.env.as_str()),
+                opt_text(scope.strong_transport_key()),
+                text(req.delivery.as_str()),
+                text(scope.body_sha256.as_str()),
+            ],
+        )
+        .await?;
+    let row = rows
+        .first()
+        .ok_or_else(|| StoreError::corrupt("the key look-up returned no row"))?;
+    let earlier = match row.opt_text(0)? {
+        Some(id) => Some((id, row.text(1)?)),
+        None => None,
+    };
+    let (transport, transport_reference) = plan::transport_of(scope, earlier)?;
+    let Some(key) = &req.key else {
+        return Ok(PriorView {
+            transport,
+            transport_reference,
+            prior: Prior::None,
+            effect: None,
+            differences: vec![],
+        });
+    };
+    let indexed_at = 4;
+    let latest_at = indexed_at + EFFECT_VIEW_COLS.split(',').count();
+    let aliased_at = latest_at + EFFECT_VIEW_COLS.split(',').count();
+    let index_live = row.opt_text(2)?.is_some()
+        && match row.opt_int(3)? {
+            None => true,
+            Some(expires) => expires > now,
+        };
+    let mut effect = None;
+    let mut index_without_effect = false;
+    if index_live {
+        if row.opt_text(indexed_at)?.is_some() {
+            effect = Some(plan::prior_effect(effect_row(row, indexed_at)?, true, now)?);
+        } else {
+            index_without_effect = true;
+        }
+    } else if row.opt_text(latest_at)?.is_some() {
+        // Past the horizon the fast index no longer answers, but a record of the key may
+        // remain (its proof and effect are kept longer): the matrix hears `Purged`.
+        effect = Some(plan::prior_effect(effect_row(row, latest_at)?, false, now)?);
+    } else if row.opt_text(aliased_at)?.is_some() {
+        // No effect holds this key, but `oncegate migrate` recorded it as another strategy
+        // version's key for an existing effect (a cut-over): that effect is the prior, so a
+        // retry of an event processed under the old version is never applied twice.
+        effect = Some(plan::prior_effect(effect_row(row, aliased_at)?, true, now)?);
+    }
+    let prior = plan::prior_of(effect.as_ref(), index_without_effect);
+    let differences = effect
+        .as_ref()
+        .map(|e| plan::differences(&e.discriminants, &key.discriminants))
+        .unwrap_or_default();
+    Ok(PriorView {
+        transport,
+        transport_reference,
+        prior,
+        effect,
+        differences,
+    })
+}

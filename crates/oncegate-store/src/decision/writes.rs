@@ -1,0 +1,249 @@
+//! What a decision writes: its consequence (a reservation, a takeover, a link, a queue item)
+//! and its proof, handed to the executor as one conditional unit (`Tx::write_decision`): the
+//! write that settles a race first, the rest kept only if it changed a row.
+
+use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
+use oncegate_core::matrix::{Action, Decision, MATRIX_VERSION};
+
+use crate::codes::{self, duration_ms, from_ms, ms, new_id};
+use crate::decision::{
+    already_decided, event_type_of, DecideOutcome, DecideRequest, Horizon, PriorView, Reservation,
+};
+use crate::effect::{self, EffectState, LinkKind, NewEffect};
+use crate::error::StoreError;
+use crate::plan::{self, Plan, Scope};
+use crate::queue::Proposal;
+use crate::sql::{int, opt_int, opt_text, text, Statement, Tx, Value};
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+fn horizon_parts(h: Option<Horizon>) -> (bool, Option<i64>) {
+    match h {
+        None => (false, None),
+        Some(Horizon::Durable) => (true, None),
+        Some(Horizon::For(d)) => (false, Some(duration_ms(d))),
+    }
+}
+
+/// Applies a decision; `None` when its conditional write found the ground moved (nothing of
+/// this attempt was written: everything else is kept only if that write changed a row).
+pub(super) async fn apply<T: Tx + Send>(
+    tx: &mut T,
+    scope: &Scope,
+    req: &DecideRequest,
+    view: &PriorView,
+    decision: Decision,
+) -> Result<Option<DecideOutcome>> {
+    let now = ms(req.now);
+    let event_type = event_type_of(scope, req);
+    let key = req.key.as_ref();
+    let hash = key.map(|k| scope.key_hash(event_type.as_deref(), k));
+    let durable = matches!(key.map(|k| k.horizon), Some(Horizon::Durable));
+    let lease_until = now.saturating_add(duration_ms(req.lease));
+    let discriminants = codes::map_json(&key.map(|k| k.discriminants.clone()).unwrap_or_default());
+    let existing = view.effect.as_ref().map(|e| e.id.clone());
+
+    let mut effect = None;
+    let mut reservation = None;
+    let mut queue_item = None;
+    // The one conditional write that settles a race, if the plan has one, and everything
+    // after it, kept only if it changed a row: all sent at once where the backend can (one
+    // statement and one round trip on PostgreSQL).
+    let mut head: Option<Statement> = None;
+    let mut writes: Vec<Statement> = Vec::new();
+    // A new effect reserved for this delivery with fencing token 1, in the unique index
+    // (`scope_hash` given) or beside it (a possible duplicate, an unkeyed delivery).
+    let reserve_new = |writes: &mut Vec<Statement>, id: &EffectId, scope_hash: Option<&str>| {
+        writes.push(effect::insert(NewEffect {
+            id,
+            scope,
+            event_type: event_type.as_deref(),
+            strategy: key.map(|k| &k.strategy),
+            key_value: key.map(|k| k.value.as_str()),
+            scope_hash,
+            durable,
+            state: EffectState::Reserved,
+            token: 1,
+            lease_until: Some(lease_until),
+            holder: None,
+            discriminants: discriminants.clone(),
+            authoritative_ref: None,
+            first_delivery: &req.delivery,
+            queue_item: None,
+            now,
+            resource: req.resource.as_deref(),
+            critical: req.critical,
+        }));
+        writes.push(effect::link(id, &req.delivery, LinkKind::Reserved, now));
+        Ok::<_, StoreError>(Reservation {
+            effect: id.clone(),
+            fencing_token: 1,
+            lease_until: from_ms(lease_until)?,
+        })
+    };
+    match plan::plan(key, view, &decision) {
+        Plan::ReserveIndexed => {
+            let id = EffectId::from_u128(new_id(req.now));
+            let hash = hash.clone().unwrap_or_default();
+            let expires = match key.map(|k| k.horizon) {
+                Some(Horizon::For(d)) => Some(now.saturating_add(duration_ms(d))),
+                _ => None,
+            };
+            // The atomic reservation: the unique index decides the winner. An expired slot
+            // (past its horizon, not yet purged) may be taken over; a live one never.
+            head = Some((
+                "INSERT INTO effect_index (scope_hash, effect_id, expires_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (scope_hash) DO UPDATE SET effect_id = excluded.effect_id, expires_at = excluded.expires_at \
+                 WHERE effect_index.expires_at IS NOT NULL AND effect_index.expires_at <= $4",
+                vec![text(hash.as_str()), text(id.as_str()), opt_int(expires), int(now)],
+            ));
+            reservation = Some(reserve_new(&mut writes, &id, Some(hash.as_str()))?);
+            effect = Some(id);
+        }
+        Plan::Takeover { effect: id, token } => {
+            // Only the holder of the token that was read may move the effect on; anyone who
+            // moved it first (another takeover, a late complete) makes this change no row.
+            head = Some((
+                "UPDATE effects SET state = 'reserved', fencing_token = fencing_token + 1, lease_until = $3, \
+                 holder = NULL, error = NULL, updated_at = $4 \
+                 WHERE id = $1 AND fencing_token = $2 \
+                 AND (state IN ('failed_retryable', 'unknown') OR (state = 'reserved' AND lease_until <= $4))",
+                vec![text(id.as_str()), int(token as i64), int(lease_until), int(now)],
+            ));
+            writes.push(effect::link(&id, &req.delivery, LinkKind::Reserved, now));
+            reservation = Some(Reservation {
+                effect: id.clone(),
+                fencing_token: token + 1,
+                lease_until: from_ms(lease_until)?,
+            });
+            effect = Some(id);
+        }
+        Plan::ReserveUnindexed => {
+            let id = EffectId::from_u128(new_id(req.now));
+            reservation = Some(reserve_new(&mut writes, &id, hash.as_deref())?);
+            effect = Some(id);
+        }
+        Plan::Link { effect: id, kind } => {
+            writes.push(effect::link(&id, &req.delivery, kind, now));
+            effect = Some(id);
+        }
+        Plan::Queue(kind) => {
+            let id = QueueItemId::from_u128(new_id(req.now));
+            let (q_durable, horizon_ms) = horizon_parts(key.map(|k| k.horizon));
+            let strategy = key.map(|k| &k.strategy);
+            let proposed = Proposal::for_decision(&view.differences, &decision.flags);
+            writes.push((
+                "INSERT INTO queue_items (id, kind, status, delivery_id, tenant, provider, env, event_type, strategy_name, \
+                 strategy_version, strategy_level, key_value, scope_hash, durable, horizon_ms, discriminants, existing_effect, \
+                 first_delivery, differences, existing_result, proposed, reason, created_at, resource, critical) \
+                 VALUES ($1, $2, 'open', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)",
+                vec![
+                    text(id.as_str()),
+                    text(kind.as_str()),
+                    text(req.delivery.as_str()),
+                    text(scope.tenant.as_str()),
+                    text(scope.provider.as_str()),
+                    text(scope.env.as_str()),
+                    opt_text(event_type.as_deref()),
+                    opt_text(strategy.map(|s| s.name.as_str())),
+                    opt_int(strategy.map(|s| i64::from(s.version))),
+                    opt_text(strategy.map(|s| s.level.as_str())),
+                    opt_text(key.map(|k| k.value.as_str())),
+                    opt_text(hash.as_deref()),
+                    Value::Bool(q_durable),
+                    opt_int(horizon_ms),
+                    text(discriminants.clone()),
+                    opt_text(existing.as_ref().map(EffectId::as_str)),
+                    opt_text(view.effect.as_ref().map(|e| e.first_delivery.as_str())),
+                    text(codes::differences_json(&view.differences)),
+                    opt_text(plan::existing_result(view)),
+                    text(proposed.as_str()),
+                    text(decision.reason.as_str()),
+                    int(now),
+                    opt_text(req.resource.as_deref()),
+                    Value::Bool(req.critical),
+                ],
+            ));
+            queue_item = Some(id);
+            effect = existing.clone();
+        }
+        Plan::ProofOnly => {
+            if decision.action != Action::Reject {
+                effect = existing.clone();
+            }
+        }
+    }
+
+    if req.event_type.is_some() && scope.event_type.is_none() {
+        writes.push((
+            "UPDATE deliveries SET event_type = $2 WHERE id = $1",
+            vec![
+                text(req.delivery.as_str()),
+                opt_text(req.event_type.as_deref()),
+            ],
+        ));
+    }
+
+    let reference = plan::reference_delivery(view);
+    let strategy = key.map(|k| &k.strategy);
+    // No `ON CONFLICT` here: a delivery decided concurrently makes this insert fail, which
+    // undoes every write of this decision (they are sent together with the commit).
+    writes.push((
+        "INSERT INTO proofs (delivery_id, tenant, provider, env, event_type, decided_at, strategy_name, strategy_version, \
+         strategy_level, key_value, confidence, prior, transport, action, layer, reason, flags, rule, matrix_version, \
+         reference_delivery, effect_id, queue_item_id, differences, details) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)",
+            vec![
+                text(req.delivery.as_str()),
+                text(scope.tenant.as_str()),
+                text(scope.provider.as_str()),
+                text(scope.env.as_str()),
+                opt_text(event_type.as_deref()),
+                int(now),
+                opt_text(strategy.map(|s| s.name.as_str())),
+                opt_int(strategy.map(|s| i64::from(s.version))),
+                opt_text(strategy.map(|s| s.level.as_str())),
+                opt_text(key.map(|k| k.value.as_str())),
+                opt_text(key.map(|k| k.confidence.as_str())),
+                text(codes::prior_code(view.prior)),
+                text(codes::transport_code(view.transport)),
+                text(decision.action.as_str()),
+                opt_text(decision.layer.map(|l| l.as_str())),
+                text(decision.reason.as_str()),
+                text(codes::flags_json(&decision.flags)),
+                text(decision.rule),
+                int(i64::from(MATRIX_VERSION)),
+                opt_text(reference.as_ref().map(DeliveryId::as_str)),
+                opt_text(effect.as_ref().map(EffectId::as_str)),
+                opt_text(queue_item.as_ref().map(QueueItemId::as_str)),
+                text(codes::differences_json(&view.differences)),
+                text(req.details_json.as_str()),
+            ],
+    ));
+    let applied = match tx.write_decision(head.as_ref(), &writes).await {
+        Ok(applied) => applied,
+        // The proof's primary key: another transaction decided this delivery concurrently.
+        // Nothing of this attempt was kept.
+        Err(StoreError::Conflict(_)) => return Err(already_decided(&req.delivery)),
+        Err(e) => return Err(e),
+    };
+    if !applied {
+        return Ok(None);
+    }
+
+    let existing_result = if decision.action == Action::Ignore {
+        plan::existing_result(view)
+    } else {
+        None
+    };
+    Ok(Some(DecideOutcome {
+        prior: view.prior,
+        transport: view.transport,
+        effect,
+        reservation,
+        reference_delivery: reference,
+        existing_result,
+        queue_item,
+        decision,
+    }))
+}
