@@ -187,8 +187,9 @@ pub enum Prior {
     Completed,
     /// The holder of the reservation reported that the effect failed.
     Failed {
-        /// Whether the holder said a new attempt may succeed. A strong key then gets a new
-        /// reservation; a permanent failure is returned to every later delivery instead.
+        /// Whether the holder said a new attempt may succeed. Under a strong key a retryable
+        /// failure gets a new reservation (R6), a permanent one is returned as the existing
+        /// result (R6b).
         retryable: bool,
     },
     /// A reservation whose lease expired with neither complete nor fail.
