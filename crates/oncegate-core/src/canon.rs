@@ -21,7 +21,16 @@ pub fn write_jcs(value: &Value, out: &mut String) {
     .value(value, out);
 }
 
-/// The RFC 8785 canonical form of `value`.
+/// The RFC 8785 canonical form of `value`: members sorted by the UTF-16 code units of their
+/// names, no whitespace, numbers as ECMAScript writes the nearest double.
+///
+/// ```
+/// use oncegate_core::canon::to_jcs;
+/// use oncegate_core::json::{parse, Limits};
+///
+/// let body = parse(br#"{ "b": 1.50, "a": [true, null], "c": 1e21 }"#, &Limits::default()).unwrap();
+/// assert_eq!(to_jcs(&body), r#"{"a":[true,null],"b":1.5,"c":1e+21}"#);
+/// ```
 pub fn to_jcs(value: &Value) -> String {
     let mut out = String::new();
     write_jcs(value, &mut out);
@@ -39,6 +48,21 @@ pub fn write_key_form(value: &Value, out: &mut String) {
 }
 
 /// The key form of `value`: what dedup keys hash.
+///
+/// Two spellings of one decimal agree; two amounts a double would round together do not.
+///
+/// ```
+/// use oncegate_core::canon::{to_jcs, to_key_form};
+/// use oncegate_core::json::{parse, Limits};
+///
+/// let read = |text: &str| parse(text.as_bytes(), &Limits::default()).unwrap();
+/// assert_eq!(to_key_form(&read(r#"{"amount":100.0}"#)), to_key_form(&read(r#"{"amount":1e2}"#)));
+///
+/// let (a, b) = (read("9007199254740993"), read("9007199254740992"));
+/// assert_eq!(to_jcs(&a), to_jcs(&b)); // one double
+/// assert_ne!(to_key_form(&a), to_key_form(&b)); // two amounts
+/// assert_eq!(to_key_form(&a), "9007199254740993");
+/// ```
 pub fn to_key_form(value: &Value) -> String {
     let mut out = String::new();
     write_key_form(value, &mut out);

@@ -41,15 +41,21 @@ use std::fmt;
 /// Why one corpus line could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecordError {
+    /// The line breaks a rule of the strict reader (duplicate names included).
     #[error("the line is not strict JSON: {0}")]
     Json(#[from] json::JsonError),
+    /// The line is JSON but not an object; holds the JSON kind it is.
     #[error("the line is a JSON {0}, not an object")]
     NotAnObject(&'static str),
+    /// A required member (`provider`, `body`) is absent or null; holds its name.
     #[error("`{0}` is required")]
     Missing(&'static str),
+    /// A member holds the wrong kind of value.
     #[error("`{field}` must be {expected}")]
     Kind {
+        /// The member's name.
         field: &'static str,
+        /// What it must be, as a phrase (`a string`, `an object of strings`…).
         expected: &'static str,
     },
 }
@@ -60,12 +66,19 @@ pub enum Body {
     /// A JSON body, members in document order and numbers as spelled.
     Json(Value),
     /// A body that is not JSON, base64 as recorded, with the reason it did not parse.
-    Base64 { data: String, reason: String },
+    Base64 {
+        /// The body's bytes in standard base64, as recorded (`body_base64`).
+        data: String,
+        /// Why it is not JSON, as recorded (`body_reason`; empty when none was).
+        reason: String,
+    },
 }
 
 /// The label of a delivery: which real business operation it carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Label {
+    /// The real business operation (`label.operation`, any stable name): deliveries with the
+    /// same one are retries of one operation, different ones are distinct operations.
     pub operation: String,
     /// `distinct` or `duplicate` when the label comes from a queue resolution.
     pub resolution: Option<String>,
@@ -76,16 +89,26 @@ pub struct Label {
 /// One delivery of a corpus.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
+    /// The tenant it was received for (default `default`).
     pub tenant: String,
+    /// The provider's name, as the contract spells it (required).
     pub provider: String,
+    /// The environment (default `live`).
     pub env: String,
+    /// The event type, when recorded; otherwise it is read from the body or headers as the
+    /// contract says.
     pub event_type: Option<String>,
     /// Header names lowercase, in the order recorded.
     pub headers: Vec<(String, String)>,
+    /// The body as sent: JSON with members and number spellings kept, or base64.
     pub body: Body,
+    /// When oncegate received it (RFC 3339), informative only.
     pub received_at: Option<String>,
+    /// The oncegate delivery id it was journaled as (`dlv_…`), informative only.
     pub delivery_id: Option<String>,
+    /// The action it was given when captured, informative only: a replay decides afresh.
     pub decision: Option<String>,
+    /// Which real operation it carries, when someone labeled it.
     pub label: Option<Label>,
 }
 
@@ -387,6 +410,9 @@ pub enum Stability {
 }
 
 impl Stability {
+    /// The class's stable name in reports (`stable`, `stable-normalized`, `reordered`,
+    /// `volatile`, `conditional`, `unobserved`); [`fmt::Display`] also names the operations of
+    /// `stable-normalized`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Stability::Stable => "stable",
@@ -415,8 +441,12 @@ impl fmt::Display for Stability {
 /// label or by a strategy's key, as the caller chose) and its label.
 #[derive(Debug, Clone, Copy)]
 pub struct Observation<'a> {
+    /// The delivery's parsed JSON body.
     pub doc: &'a Value,
+    /// The event it is a delivery of: deliveries sharing a group are retries of one event,
+    /// which is what stability is measured across. `None`: grouped with nothing.
     pub group: Option<&'a str>,
+    /// The labeled business operation, when known: what candidates are scored against.
     pub label: Option<&'a str>,
 }
 
@@ -431,6 +461,7 @@ pub struct PathStats {
     pub presence: f64,
     /// Distinct values over occurrences (1.0: every occurrence differs).
     pub distinct_rate: f64,
+    /// How the field behaves across the deliveries of one event.
     pub stability: Stability,
     /// Events seen more than once that had this field in at least one delivery.
     pub events_seen: usize,
@@ -444,6 +475,7 @@ pub struct PathStats {
 /// A candidate effect key: fields that were stable across retries, scored against the labels.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
+    /// The fields combined (one to three JSON Pointers, sorted), as a strategy would list them.
     pub fields: Vec<String>,
     /// Normalizations to declare per field (empty when none is needed).
     pub normalize: Vec<(String, Vec<Normalization>)>,
@@ -458,6 +490,7 @@ pub struct Candidate {
 /// The analysis of one provider/type's deliveries.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Analysis {
+    /// How many deliveries were analyzed.
     pub deliveries: usize,
     /// Events seen more than once (the evidence for stability).
     pub repeated_events: usize,
@@ -466,7 +499,10 @@ pub struct Analysis {
     /// What candidates are scored against: `label`, or `group` when no delivery is labeled
     /// (a delivery in no group counts as an event of its own).
     pub scored_against: &'static str,
+    /// Every field path seen, sorted by path.
     pub paths: Vec<PathStats>,
+    /// Candidate keys, best first: fewest merges, then fewest splits, then widest coverage,
+    /// then fewest fields. A combination no better than a smaller one it contains is left out.
     pub candidates: Vec<Candidate>,
 }
 
@@ -843,28 +879,38 @@ fn rank_candidates(
 /// One delivery's outcome in a replay, as the service answered it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplayOutcome {
-    /// `name@version` of the strategy that made the key, or `(none)`.
+    /// `name@version` of the strategy that made the key, or a placeholder of the caller's
+    /// choosing when none did (`(no key)`, `(rejected)`): the figures are tallied under it.
     pub strategy: String,
-    /// True when the key was strong.
+    /// True when the key's confidence was strong.
     pub strong: bool,
+    /// The action the service answered.
     pub action: Action,
     /// The effect the delivery was attached to, if any.
     pub effect: Option<String>,
+    /// The delivery's labeled operation, if it has one; unlabeled deliveries count in every
+    /// figure but the false positives and negatives.
     pub label: Option<String>,
 }
 
 /// The replay figures of one strategy name+version.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplayTally {
+    /// Deliveries replayed under the strategy.
     pub deliveries: usize,
+    /// Of those, with a strong key.
     pub strong: usize,
+    /// Of those, with a key that was not strong (medium or weak), or no key.
     pub weak: usize,
+    /// Answered `process`.
     pub processed: usize,
+    /// Answered `ignore`.
     pub ignored: usize,
     /// Quarantines: a key matched but a discriminant differed.
     pub collisions: usize,
     /// Sent to reconciliation (a weak key on a critical type, no key, …).
     pub reconciled: usize,
+    /// Refused (`reject`).
     pub rejected: usize,
     /// Distinct labeled operations merged into another's effect by an `ignore`: silent loss.
     pub false_positives: usize,
@@ -884,6 +930,27 @@ impl ReplayTally {
 /// A false positive is an `ignore` attached to an effect first processed for another label; a
 /// false negative is a second (third…) `process` for one label. Both are charged to the
 /// strategy of the delivery that suffered them.
+///
+/// ```
+/// use oncegate_core::corpus::{tally, ReplayOutcome};
+/// use oncegate_core::matrix::Action;
+///
+/// let outcome = |action, effect: &str, label: &str| ReplayOutcome {
+///     strategy: "refund-fingerprint@1".into(),
+///     strong: false,
+///     action,
+///     effect: Some(effect.into()),
+///     label: Some(label.into()),
+/// };
+/// let figures = tally(&[
+///     outcome(Action::Process, "eff_1", "refund-1"),
+///     outcome(Action::Ignore, "eff_1", "refund-1"), // a retry: rightly ignored
+///     outcome(Action::Ignore, "eff_1", "refund-2"), // the second refund, merged: silent loss
+/// ]);
+/// let t = &figures["refund-fingerprint@1"];
+/// assert_eq!((t.deliveries, t.processed, t.ignored), (3, 1, 2));
+/// assert_eq!((t.false_positives, t.false_negatives), (1, 0));
+/// ```
 pub fn tally(outcomes: &[ReplayOutcome]) -> BTreeMap<String, ReplayTally> {
     let mut out: BTreeMap<String, ReplayTally> = BTreeMap::new();
     let mut effect_label: HashMap<&str, Option<&str>> = HashMap::new();

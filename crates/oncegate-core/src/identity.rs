@@ -22,14 +22,20 @@ pub const KEY_LAYOUT: &str = "oncegate-key/1";
 /// Where a delivery came from: the scope shared by its keys.
 #[derive(Debug, Clone, Copy)]
 pub struct Origin<'a> {
+    /// The tenant the delivery was posted for: the outermost part of every key's scope.
     pub tenant: &'a str,
+    /// The provider's name, as the contract spells it.
     pub provider: &'a str,
+    /// The environment (`live`, `test`…): a provider that reuses ids across environments never
+    /// has their deliveries share a key.
     pub env: &'a str,
 }
 
 /// The key of the packet itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransportKey {
+    /// SHA-256, in lower-case hex, of the JCS array `["oncegate-transport/1", tenant,
+    /// provider, env, "id" or "body", the delivery id or the body's SHA-256]`.
     pub key: String,
     /// True when made from the provider's delivery-id header; false for the raw-body hash
     /// (two legitimate operations can be byte-identical, so that is only a weak hint).
@@ -41,18 +47,32 @@ pub struct TransportKey {
 /// A field a strategy used, as a proof may show it (masked when sensitive).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsedField {
+    /// The field's JSON Pointer, as the contract writes it (`""` for a whole fingerprinted
+    /// document).
     pub pointer: String,
+    /// Its value as a proof may show it: the key form in clear, `•••• (hmac:…)` with the start
+    /// of the keyed hash when the field is sensitive, or `sha256:` and the first 16 hex digits
+    /// of a fingerprinted part's hash.
     pub shown: String,
 }
 
 /// The effect key made by the first strategy of the hierarchy whose fields were all present.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EffectKey {
+    /// SHA-256, in lower-case hex, of the JCS array of [`KEY_LAYOUT`], tenant, provider, env,
+    /// scope, strategy name and version, resource (or `null`) and each field's `[pointer, key
+    /// form]`: the value the store reserves.
     pub key: String,
+    /// The name of the strategy that made the key.
     pub strategy: String,
+    /// That strategy's version.
     pub version: u32,
+    /// That strategy's level.
     pub level: Level,
+    /// That strategy's confidence: how much a match of this key means to the matrix.
     pub confidence: Confidence,
+    /// How long the fast dedup index keeps the key (the strategy's horizon); a durable type's
+    /// effect identity outlives it.
     pub horizon: Duration,
     /// The scope in words: `tenant/provider/env/type:T[/resource]`, or
     /// `tenant/provider/env/operation:O[/resource]` for an operation-scoped strategy.
@@ -62,21 +82,30 @@ pub struct EffectKey {
     /// through several event types), and whoever indexes the key must scope it by this
     /// operation, never by the event type. `None` for a type-scoped key.
     pub operation: Option<String>,
+    /// The fields the key was made from, in the strategy's order, as a proof may show them.
     pub fields: Vec<UsedField>,
 }
 
 /// A strategy of the hierarchy that did not make the key, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skipped {
+    /// The strategy's label, `name@version`.
     pub strategy: String,
+    /// Its level.
     pub level: Level,
+    /// Why it made no key, in words (`field /data/request_ref is absent`, `the resource
+    /// /data/payment_id is blank`…).
     pub why: String,
 }
 
 /// What the contract makes of one parsed delivery of a known type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
+    /// The effect key, made by the first strategy that could; `None` when none could (the
+    /// type's criticality then decides what happens).
     pub effect: Option<EffectKey>,
+    /// The strategies before the one that made the key (all of them when none did), in
+    /// hierarchy order, each with why it was skipped.
     pub skipped: Vec<Skipped>,
     /// Each discriminant's canonical value (an HMAC when sensitive), `None` when absent.
     pub discriminants: Vec<(String, Option<String>)>,
@@ -95,7 +124,9 @@ pub fn body_hash(body: &[u8]) -> String {
     sha256_hex(body)
 }
 
-/// The keyed hash a sensitive value enters keys and proofs as.
+/// The keyed hash a sensitive value enters keys and proofs as: `hmac:` and the HMAC-SHA-256 of
+/// `value` under `salt`, in lower-case hex. The same value under the same salt always masks
+/// the same, so identity and investigation survive without the value in clear.
 pub fn mask(salt: &[u8], value: &str) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(salt).expect("HMAC takes a key of any length");
     mac.update(value.as_bytes());
@@ -112,6 +143,28 @@ fn strings(parts: &[&str]) -> Value {
 }
 
 /// The transport key: the provider's delivery id when it sends one, else the raw body hash.
+///
+/// A delivery id that is empty or only whitespace counts as none; one with surrounding spaces
+/// is trimmed.
+///
+/// ```
+/// use oncegate_core::identity::{transport_key, Origin};
+///
+/// let live = Origin { tenant: "acme", provider: "shopline", env: "live" };
+/// let retry = transport_key(live, Some("dlv-81"), br#"{"attempt":1}"#);
+/// let again = transport_key(live, Some("dlv-81"), br#"{"attempt":2}"#);
+/// assert!(retry.strong);
+/// assert_eq!(retry.key, again.key); // the header names the packet, whatever the body
+///
+/// // The provider reuses delivery ids across environments: the scope keeps them apart.
+/// let sandbox = Origin { env: "test", ..live };
+/// assert_ne!(transport_key(sandbox, Some("dlv-81"), b"{}").key, retry.key);
+///
+/// // No header: the raw body's hash, only a weak hint.
+/// let unnamed = transport_key(live, None, br#"{"attempt":1}"#);
+/// assert!(!unnamed.strong);
+/// assert_eq!(unnamed.source, "raw body SHA-256");
+/// ```
 pub fn transport_key(origin: Origin<'_>, delivery_id: Option<&str>, body: &[u8]) -> TransportKey {
     let Origin {
         tenant,
@@ -152,7 +205,9 @@ pub fn transport_key(origin: Origin<'_>, delivery_id: Option<&str>, body: &[u8])
     }
 }
 
-/// Reads the event type a delivery declares.
+/// Reads the event type a delivery declares, from the header or the place in the body the
+/// provider's contract names. `Err` holds a sentence saying what was missing or of the wrong
+/// kind (a header is matched regardless of case; an empty value counts as none).
 pub fn event_type_of(
     provider: &Provider,
     headers: &[(String, String)],
@@ -225,7 +280,57 @@ fn meaningful(v: Option<&Value>) -> Result<&Value, &'static str> {
     }
 }
 
-/// Computes the effect identity of a parsed delivery of a known type.
+/// Computes the effect identity of a parsed delivery of a known type: the type's
+/// normalizations, then its key hierarchy in order, the first strategy whose fields are all
+/// present making the key. `salt` keys the HMAC of sensitive fields.
+///
+/// ```
+/// use oncegate_core::contract::parse;
+/// use oncegate_core::identity::{identify, Origin};
+/// use oncegate_core::json::{self, Limits};
+/// use oncegate_core::strategy::Level;
+///
+/// let contract = parse("oncegate.toml", r#"
+/// [providers.payflow]
+/// event_type = "/type"
+///
+/// [providers.payflow.types."refund.created"]
+/// criticality = "critical"
+/// resource = "/data/payment_id"
+/// discriminants = ["/data/amount"]
+/// volatile = [{ field = "/sent_at", why = "set at each send" }]
+///
+///   [[providers.payflow.types."refund.created".strategies]]
+///   name = "refund-request-ref"
+///   version = 1
+///   level = "business_ref"
+///   fields = ["/data/payment_id", "/data/request_ref"]
+///
+///   [[providers.payflow.types."refund.created".strategies]]
+///   name = "refund-fingerprint"
+///   version = 1
+///   level = "fingerprint"
+/// "#).unwrap();
+/// let refund = contract.event_type("payflow", "refund.created").unwrap();
+/// let origin = Origin { tenant: "acme", provider: "payflow", env: "live" };
+/// let read = |body: &str| json::parse(body.as_bytes(), &Limits::default()).unwrap();
+///
+/// // No request reference: the hierarchy falls to the fingerprint, and says why.
+/// let first = identify(refund, origin, &read(
+///     r#"{"type":"refund.created","sent_at":"10:00","data":{"payment_id":"pay_1","amount":1500}}"#,
+/// ), b"salt");
+/// let key = first.effect.as_ref().unwrap();
+/// assert_eq!((key.strategy.as_str(), key.level), ("refund-fingerprint", Level::Fingerprint));
+/// assert_eq!(key.scope, "acme/payflow/live/type:refund.created/pay_1");
+/// assert_eq!(first.skipped[0].why, "field /data/request_ref is absent");
+/// assert_eq!(first.discriminants, [("/data/amount".to_owned(), Some("1500".to_owned()))]);
+///
+/// // A retry differs only in a volatile field: the same key.
+/// let retry = identify(refund, origin, &read(
+///     r#"{"type":"refund.created","sent_at":"10:05","data":{"payment_id":"pay_1","amount":1500}}"#,
+/// ), b"salt");
+/// assert_eq!(retry.effect.unwrap().key, key.key);
+/// ```
 pub fn identify(t: &EventType, origin: Origin<'_>, doc: &Value, salt: &[u8]) -> Identity {
     identify_with(t, &t.strategies, origin, doc, salt)
 }

@@ -3,6 +3,17 @@
 //!
 //! The core never generates ids (that would need a clock or a random source); the store does,
 //! from a 128-bit value it chooses, and the core only formats and parses them.
+//!
+//! ```
+//! use oncegate_core::ids::{DeliveryId, EffectId};
+//!
+//! let delivery = DeliveryId::from_u128(42);
+//! assert_eq!(delivery.as_str(), "dlv_0000000000000000000000001a");
+//! assert_eq!(delivery.as_str().parse::<DeliveryId>(), Ok(delivery.clone()));
+//! // A delivery id is not an effect id, and the error says which was expected.
+//! let err = delivery.as_str().parse::<EffectId>().unwrap_err();
+//! assert_eq!(err.kind, "effect");
+//! ```
 
 use std::fmt;
 use std::str::FromStr;
@@ -11,8 +22,11 @@ use std::str::FromStr;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{input:?} is not a valid {kind} id: expected {prefix} followed by 26 base32 characters")]
 pub struct IdError {
+    /// The kind of id that was expected, in words (`"delivery"`, `"effect"`, `"queue item"`).
     pub kind: &'static str,
+    /// The prefix that kind of id starts with (`"dlv_"`, `"eff_"`, `"q_"`).
     pub prefix: &'static str,
+    /// The refused string, as given.
     pub input: String,
 }
 
@@ -41,6 +55,8 @@ macro_rules! prefixed_id {
         pub struct $name(String);
 
         impl $name {
+            #[doc = concat!("The text every ", $kind, " id starts with, `", $prefix, "`; 26 lower-case")]
+            /// Crockford base32 characters (128 bits, most significant first) follow it.
             pub const PREFIX: &'static str = $prefix;
 
             /// Builds the id from 128 bits chosen by the caller (time-ordered bits sort best).
@@ -48,6 +64,7 @@ macro_rules! prefixed_id {
                 $name(format!("{}{}", $prefix, encode(value)))
             }
 
+            #[doc = concat!("The whole id as text, prefix included (`", $prefix, "…`), as stored and shown.")]
             pub fn as_str(&self) -> &str {
                 &self.0
             }

@@ -56,11 +56,19 @@ impl Default for Limits {
 /// refused by the reader, so a name appears at most once.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
+    /// `null`. The key hierarchy treats a field holding `null` like an absent one: it
+    /// identifies nothing, so a strategy needing it is skipped.
     Null,
+    /// `true` or `false`.
     Bool(bool),
+    /// A number, kept as the literal the sender wrote (see [`Number`]).
     Number(Number),
+    /// A string, unescaped; always valid UTF-8 with no lone surrogate.
     String(String),
+    /// An array, elements in document order (order is meaning unless a contract declares the
+    /// array unordered).
     Array(Vec<Value>),
+    /// An object, members in document order, names unique.
     Object(Object),
 }
 
@@ -71,12 +79,15 @@ pub struct Object {
 }
 
 impl Object {
+    /// An object with no members.
     pub fn new() -> Self {
         Object::default()
     }
+    /// The value of the member called `name` (compared exactly, after unescaping), if present.
     pub fn get(&self, name: &str) -> Option<&Value> {
         self.members.iter().find(|(k, _)| k == name).map(|(_, v)| v)
     }
+    /// The value of the member called `name`, mutably, if present.
     pub fn get_mut(&mut self, name: &str) -> Option<&mut Value> {
         self.members
             .iter_mut()
@@ -96,15 +107,20 @@ impl Object {
         self.members.push((name, value));
         Ok(())
     }
+    /// The members as `(name, value)` pairs in document order (not sorted: the canonical form
+    /// sorts them when it writes).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
         self.members.iter().map(|(k, v)| (k.as_str(), v))
     }
+    /// The members in document order, values mutable (names stay fixed, so they stay unique).
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&str, &mut Value)> {
         self.members.iter_mut().map(|(k, v)| (k.as_str(), v))
     }
+    /// How many members the object has.
     pub fn len(&self) -> usize {
         self.members.len()
     }
+    /// Whether the object has no members (`{}`).
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
     }
@@ -121,6 +137,7 @@ pub struct Number {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind} at byte {offset}")]
 pub struct JsonError {
+    /// Which rule the body broke.
     pub kind: JsonErrorKind,
     /// Byte offset in the body where the problem was found.
     pub offset: usize,
@@ -130,11 +147,20 @@ pub struct JsonError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JsonErrorKind {
     /// The body is longer than [`Limits::max_bytes`]; the offset is the limit.
-    TooLarge { limit: usize, size: usize },
+    TooLarge {
+        /// The limit in force, [`Limits::max_bytes`].
+        limit: usize,
+        /// The body's length, in bytes.
+        size: usize,
+    },
     /// Arrays and objects nest deeper than [`Limits::max_depth`]; the offset is the opening
     /// bracket that goes one level too deep.
-    TooDeep { limit: usize },
-    /// A member name appears twice in one object; the offset is its second occurrence.
+    TooDeep {
+        /// The limit in force, [`Limits::max_depth`].
+        limit: usize,
+    },
+    /// A member name appears twice in one object; the offset is its second occurrence. Holds
+    /// the name, unescaped.
     DuplicateKey(String),
     /// The body is not UTF-8; the offset is the first byte of the bad sequence.
     InvalidUtf8,
@@ -176,45 +202,54 @@ impl Value {
             Value::Object(_) => "object",
         }
     }
+    /// Whether this is `null`.
     pub fn is_null(&self) -> bool {
         matches!(self, Value::Null)
     }
+    /// The boolean, if this is `true` or `false`.
     pub fn as_bool(&self) -> Option<bool> {
         match self {
             Value::Bool(b) => Some(*b),
             _ => None,
         }
     }
+    /// The number, if this is one (its literal untouched).
     pub fn as_number(&self) -> Option<&Number> {
         match self {
             Value::Number(n) => Some(n),
             _ => None,
         }
     }
+    /// The string's unescaped text, if this is a string. A number is not a string: `"12"` and
+    /// `12` are different values.
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Value::String(s) => Some(s),
             _ => None,
         }
     }
+    /// The elements, if this is an array.
     pub fn as_array(&self) -> Option<&Vec<Value>> {
         match self {
             Value::Array(items) => Some(items),
             _ => None,
         }
     }
+    /// The elements, mutably, if this is an array (used to sort an array declared unordered).
     pub fn as_array_mut(&mut self) -> Option<&mut Vec<Value>> {
         match self {
             Value::Array(items) => Some(items),
             _ => None,
         }
     }
+    /// The members, if this is an object.
     pub fn as_object(&self) -> Option<&Object> {
         match self {
             Value::Object(object) => Some(object),
             _ => None,
         }
     }
+    /// The members, mutably, if this is an object.
     pub fn as_object_mut(&mut self) -> Option<&mut Object> {
         match self {
             Value::Object(object) => Some(object),
@@ -263,12 +298,14 @@ impl Number {
         }
     }
 
+    /// The number whose literal is `value` in plain decimal (exact: no double in between).
     pub fn from_u64(value: u64) -> Number {
         Number {
             literal: value.to_string(),
         }
     }
 
+    /// The number whose literal is `value` in plain decimal, with a `-` when negative (exact).
     pub fn from_i64(value: i64) -> Number {
         Number {
             literal: value.to_string(),
@@ -610,7 +647,21 @@ fn is_string_special(byte: u8) -> bool {
     byte == b'"' || byte == b'\\' || byte < 0x20
 }
 
-/// Reads `body` strictly (see the module documentation for every rule).
+/// Reads `body` strictly (see the module documentation for every rule): the whole body must be
+/// one JSON value within `limits`, or the error names the rule broken and the byte offset.
+///
+/// ```
+/// use oncegate_core::json::{parse, JsonErrorKind, Limits};
+///
+/// let body = parse(br#"{"amount": 1.50, "currency": "EUR"}"#, &Limits::default()).unwrap();
+/// let amount = body.as_object().and_then(|o| o.get("amount")).and_then(|v| v.as_number());
+/// assert_eq!(amount.map(|n| n.literal()), Some("1.50"));
+///
+/// // A second "amount" is refused at its own offset, never resolved by picking one.
+/// let err = parse(br#"{"amount":1,"amount":2}"#, &Limits::default()).unwrap_err();
+/// assert_eq!(err.kind, JsonErrorKind::DuplicateKey("amount".into()));
+/// assert_eq!(err.offset, 12);
+/// ```
 pub fn parse(body: &[u8], limits: &Limits) -> Result<Value, JsonError> {
     if body.len() > limits.max_bytes {
         return Err(JsonError {

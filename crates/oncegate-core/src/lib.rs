@@ -5,6 +5,8 @@
 //! secrets, identifiers and the store's answers come in as arguments. That is what lets every
 //! decision be replayed and tested as a plain function call.
 
+#![warn(missing_docs)]
+
 pub mod canon;
 pub mod contract;
 pub mod corpus;

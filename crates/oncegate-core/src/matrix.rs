@@ -26,6 +26,7 @@ pub enum Action {
 }
 
 impl Action {
+    /// Every action, in declaration order (what a metric listing each one iterates).
     pub const ALL: [Action; 5] = [
         Action::Process,
         Action::Ignore,
@@ -34,6 +35,8 @@ impl Action {
         Action::Reject,
     ];
 
+    /// The action's stable lower-case name (`process`, `ignore`, `quarantine`, `reconcile`,
+    /// `reject`), as proofs, metrics, the API and the CLI write it.
     pub fn as_str(self) -> &'static str {
         match self {
             Action::Process => "process",
@@ -44,6 +47,7 @@ impl Action {
         }
     }
 
+    /// The action whose [`Action::as_str`] name is `s` exactly; `None` for anything else.
     pub fn parse(s: &str) -> Option<Action> {
         Action::ALL.into_iter().find(|a| a.as_str() == s)
     }
@@ -57,13 +61,24 @@ impl fmt::Display for Action {
 
 /// How much a key can be trusted to mean "the same operation".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// A strategy's confidence defaults from its level ([`crate::strategy::Level::default_confidence`])
+/// and may be set in the contract, except that a fingerprint is never strong.
 pub enum Confidence {
+    /// The key names one operation: a match whose discriminants agree is a duplicate and is
+    /// ignored. The default of `provider_id` and `business_ref` strategies.
     Strong,
+    /// The key usually names one operation, but two legitimate ones can share it: a match is
+    /// processed and flagged on a reversible type, reconciled on a critical one. The default of
+    /// `semantic` strategies.
     Medium,
+    /// Two legitimate operations can plainly share the key (byte-identical refunds): a match
+    /// is treated as a medium one, never ignored. The default of `fingerprint` strategies.
     Weak,
 }
 
 impl Confidence {
+    /// The contract's and the proofs' spelling: `strong`, `medium` or `weak`.
     pub fn as_str(self) -> &'static str {
         match self {
             Confidence::Strong => "strong",
@@ -72,6 +87,7 @@ impl Confidence {
         }
     }
 
+    /// The confidence spelled `s` exactly as [`Confidence::as_str`] writes it; `None` otherwise.
     pub fn parse(s: &str) -> Option<Confidence> {
         [Confidence::Strong, Confidence::Medium, Confidence::Weak]
             .into_iter()
@@ -89,6 +105,7 @@ pub enum Criticality {
 }
 
 impl Criticality {
+    /// The contract's and the proofs' spelling: `reversible` or `critical`.
     pub fn as_str(self) -> &'static str {
         match self {
             Criticality::Reversible => "reversible",
@@ -96,6 +113,8 @@ impl Criticality {
         }
     }
 
+    /// The criticality spelled `s` exactly as [`Criticality::as_str`] writes it; `None`
+    /// otherwise.
     pub fn parse(s: &str) -> Option<Criticality> {
         [Criticality::Reversible, Criticality::Critical]
             .into_iter()
@@ -113,6 +132,7 @@ pub enum Layer {
 }
 
 impl Layer {
+    /// The stable name proofs and metrics use: `transport` or `effect`.
     pub fn as_str(self) -> &'static str {
         match self {
             Layer::Transport => "transport",
@@ -141,6 +161,8 @@ pub enum Flag {
 }
 
 impl Flag {
+    /// The flag's stable snake-case name (`possible_duplicate`, `breaker_open`, …), as proofs,
+    /// metrics and the API write it.
     pub fn as_str(self) -> &'static str {
         match self {
             Flag::PossibleDuplicate => "possible_duplicate",
@@ -159,10 +181,15 @@ impl Flag {
 pub enum Prior {
     /// No effect has this key (or the index entry expired and no durable identity remains).
     None,
-    /// Reserved, lease still running.
+    /// Reserved, lease still running (or released from the queue and waiting to be claimed).
     InProgress,
+    /// The effect was applied and its result recorded.
     Completed,
+    /// The holder of the reservation reported that the effect failed.
     Failed {
+        /// Whether the holder said a new attempt may succeed. Under a strong key a retryable
+        /// failure gets a new reservation (R6), a permanent one is returned as the existing
+        /// result (R6b).
         retryable: bool,
     },
     /// A reservation whose lease expired with neither complete nor fail.
@@ -172,6 +199,8 @@ pub enum Prior {
 }
 
 impl Prior {
+    /// The state in words, as decision reasons write it (`in progress`, `failed (retryable)`,
+    /// `unknown outcome`…): for people, not a stable code.
     pub fn as_str(self) -> &'static str {
         match self {
             Prior::None => "none",
@@ -189,8 +218,11 @@ impl Prior {
 /// Values are canonical forms, already masked when the field is sensitive.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Difference {
+    /// The discriminant's JSON Pointer, as the contract writes it.
     pub field: String,
+    /// Its value on the stored effect; `None` when the field was absent, null or blank there.
     pub existing: Option<String>,
+    /// Its value on the incoming delivery; `None` when the field is absent, null or blank.
     pub incoming: Option<String>,
 }
 
@@ -219,6 +251,8 @@ pub struct Rejection {
 /// How the transport layer matched, if at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransportMatch {
+    /// No earlier delivery carries the same provider delivery id in the same scope, or the
+    /// delivery has none (a raw-body hash never makes a transport match).
     None,
     /// Same provider delivery id in the same scope, same raw body: a retry of the packet.
     SameIdSameBody,
@@ -229,7 +263,9 @@ pub enum TransportMatch {
 /// What the matrix knows about the effect key of a delivery that was identified.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Keyed {
+    /// The confidence of the strategy that made the key.
     pub confidence: Confidence,
+    /// What the store holds for the key.
     pub prior: Prior,
     /// Discriminants that disagree with the prior effect (empty when none or no prior).
     pub differences: Vec<Difference>,
@@ -239,23 +275,41 @@ pub struct Keyed {
 /// the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Situation {
+    /// Refused before identification (malformed body, bad signature, over limits): row R1,
+    /// `reject`.
     Rejected(Rejection),
-    /// The provider or the event type has no contract.
+    /// The provider or the event type has no contract: row R2, `reconcile` (kept, never
+    /// dropped).
     NoContract {
+        /// The provider the delivery was posted for.
         provider: String,
+        /// The event type the delivery declares.
         event_type: String,
+        /// Whether the contract knows the provider, so only the type is unknown (it changes
+        /// the reason's wording, not the action).
         provider_known: bool,
     },
-    /// The type has a contract but none of its strategies could make a key.
+    /// The type has a contract but none of its strategies could make a key: `reconcile` for
+    /// a critical type (R2), `process` flagged `unkeyed` for a reversible one (R2b).
     NoKey {
+        /// The type's criticality.
         criticality: Criticality,
+        /// Why each strategy was skipped, `name@version: why`, joined by `; `, for the reason.
         missing: String,
     },
+    /// The delivery has an effect key: rows R3 to R10 decide from its confidence, what the
+    /// store holds for it, the discriminants and the type's criticality.
     Identified {
+        /// The type's criticality.
         criticality: Criticality,
+        /// Whether the type has an authority to ask; says who an R9 reconcile waits for.
         authority: bool,
+        /// Whether the collision breaker of the strategy that made the key is open: what
+        /// would be an `ignore` becomes `reconcile` (R10).
         breaker_open: bool,
+        /// How the delivery's transport key matched an earlier delivery.
         transport: TransportMatch,
+        /// The effect key's confidence, prior and discriminant differences.
         key: Keyed,
     },
 }
@@ -263,11 +317,14 @@ pub enum Situation {
 /// The matrix's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
+    /// What the caller is to do with the delivery.
     pub action: Action,
     /// For ignores: the layer at which the duplicate was recognized.
     pub layer: Option<Layer>,
     /// One plain sentence.
     pub reason: String,
+    /// Marks a reviewer or a metric should see, each at most once, in the order the rows set
+    /// them.
     pub flags: Vec<Flag>,
     /// The row of the matrix that decided (`R1`…), for proofs and tests.
     pub rule: &'static str,
@@ -296,12 +353,53 @@ impl Decision {
         self
     }
 
+    /// Whether the decision carries `flag`.
     pub fn has(&self, flag: Flag) -> bool {
         self.flags.contains(&flag)
     }
 }
 
 /// Runs the matrix. The first matching row wins.
+///
+/// The seed's second refund: no event id, so the key is a weak fingerprint, and it matches a
+/// completed refund of the same amount on the same payment. On a critical type that may be a
+/// second legitimate refund, so it is reconciled, never ignored; a differing amount would be a
+/// collision.
+///
+/// ```
+/// use oncegate_core::matrix::{
+///     decide, Action, Confidence, Criticality, Difference, Keyed, Prior, Situation,
+///     TransportMatch,
+/// };
+///
+/// let refund = |key: Keyed| Situation::Identified {
+///     criticality: Criticality::Critical,
+///     authority: true,
+///     breaker_open: false,
+///     transport: TransportMatch::None,
+///     key,
+/// };
+/// let weak_match = Keyed {
+///     confidence: Confidence::Weak,
+///     prior: Prior::Completed,
+///     differences: Vec::new(),
+/// };
+/// let d = decide(&refund(weak_match.clone()));
+/// assert_eq!((d.action, d.rule), (Action::Reconcile, "R9"));
+/// assert!(d.reason.contains("the provider's authority will be asked"));
+///
+/// let collision = Keyed {
+///     differences: vec![Difference {
+///         field: "/data/amount".into(),
+///         existing: Some("1500".into()),
+///         incoming: Some("2500".into()),
+///     }],
+///     ..weak_match
+/// };
+/// let d = decide(&refund(collision));
+/// assert_eq!((d.action, d.rule), (Action::Quarantine, "R4"));
+/// assert!(d.reason.contains("/data/amount: 1500 → 2500"));
+/// ```
 pub fn decide(situation: &Situation) -> Decision {
     match situation {
         // R1: refused before identification, still journaled by the caller.

@@ -14,13 +14,29 @@ pub struct Pointer {
 /// Why a string is not a JSON Pointer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PointerError {
+    /// The text is neither empty nor starts with `/`; holds the text.
     #[error("a JSON Pointer must be empty or start with '/', got {0:?}")]
     NoLeadingSlash(String),
     #[error("{0:?} has a '~' not followed by 0 or 1 (write '~0' for '~' and '~1' for '/')")]
+    /// The text has a `~` that is not part of `~0` or `~1`; holds the whole text.
     BadEscape(String),
 }
 
 impl Pointer {
+    /// Parses RFC 6901 text: `""` is the whole document, otherwise each `/` starts a reference
+    /// token in which `~1` stands for `/` and `~0` for `~`. Nothing is resolved yet: whether the
+    /// place exists is a question for [`Pointer::get`] on a given document.
+    ///
+    /// ```
+    /// use oncegate_core::json::{parse, Limits};
+    /// use oncegate_core::pointer::{Pointer, PointerError};
+    ///
+    /// let body = parse(br#"{"data":{"a/b":["x","y"]}}"#, &Limits::default()).unwrap();
+    /// let p = Pointer::parse("/data/a~1b/1").unwrap();
+    /// assert_eq!(p.get(&body).and_then(|v| v.as_str()), Some("y"));
+    /// assert!(Pointer::parse("/data/a~1b/2").unwrap().get(&body).is_none());
+    /// assert!(matches!(Pointer::parse("data"), Err(PointerError::NoLeadingSlash(_))));
+    /// ```
     pub fn parse(text: &str) -> Result<Pointer, PointerError> {
         if text.is_empty() {
             return Ok(Pointer {
@@ -54,10 +70,12 @@ impl Pointer {
         })
     }
 
+    /// The pointer as written in the contract, escapes included (`""` for the whole document).
     pub fn as_str(&self) -> &str {
         &self.text
     }
 
+    /// Whether this is `""`, the whole document rather than a place inside it.
     pub fn is_root(&self) -> bool {
         self.tokens.is_empty()
     }
@@ -67,6 +85,8 @@ impl Pointer {
         self.tokens.iter().try_fold(doc, |v, t| step(v, t))
     }
 
+    /// The value at this place, mutably, if the document has one (used to rewrite a field in
+    /// place, e.g. a date normalized to UTC).
     pub fn get_mut<'v>(&self, doc: &'v mut Value) -> Option<&'v mut Value> {
         self.tokens.iter().try_fold(doc, |v, t| step_mut(v, t))
     }

@@ -28,9 +28,12 @@ pub struct AuthorityOperation {
 /// A local effect of the same resource, as the matcher needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalEffect {
+    /// The effect's id.
     pub id: EffectId,
     /// Known when the effect was released on the authority's word.
     pub authoritative_ref: Option<String>,
+    /// Its discriminants as the store holds them: pointer → key form, masked when the field is
+    /// sensitive (absent ones are left out).
     pub discriminants: BTreeMap<String, String>,
 }
 
@@ -39,24 +42,41 @@ pub struct LocalEffect {
 pub enum Verdict {
     /// An operation with the delivery's discriminants is matched to no local effect: the
     /// delivery is that operation, released as a new effect carrying its reference.
-    Release { authoritative_ref: String },
+    Release {
+        /// The reference of the operation the delivery is, recorded on the new effect: its
+        /// identity is enriched, and a later match by reference pairs the two.
+        authoritative_ref: String,
+    },
     /// Every operation with the delivery's discriminants is already applied locally.
     Duplicate {
+        /// The local effect the delivery repeats: the effect being verified, else the queue
+        /// item's own effect when it is one of the matches, else the one paired with the first
+        /// matching operation in the authority's order.
         effect: EffectId,
         /// The reference of the operation the effect was matched to.
         authoritative_ref: String,
     },
     /// Nothing to decide on: a person (or a later attempt) settles it.
-    Inconclusive { why: String },
+    Inconclusive {
+        /// Why the answer decides nothing, in a sentence for the person who will.
+        why: String,
+    },
 }
 
 /// Why an authority's answer could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AnswerError {
+    /// Nothing, or no array, at the contract's `operations` pointer; holds that pointer.
     #[error("the authority's answer has no list of operations at {0}")]
     NoOperations(String),
+    /// An operation lacks a usable reference (a non-blank string or a number).
     #[error("operation {index} of the authority's answer has no reference at {pointer}")]
-    NoReference { index: usize, pointer: String },
+    NoReference {
+        /// The operation's position in the list, from 0.
+        index: usize,
+        /// The contract's `reference` pointer, read inside the operation.
+        pointer: String,
+    },
 }
 
 /// Reads the operations out of an authority's JSON answer, per the contract's pointers.

@@ -23,6 +23,7 @@ pub enum Level {
 }
 
 impl Level {
+    /// Every level, strongest first.
     pub const ALL: [Level; 4] = [
         Level::ProviderId,
         Level::BusinessRef,
@@ -30,6 +31,8 @@ impl Level {
         Level::Fingerprint,
     ];
 
+    /// The contract's spelling (`provider_id`, `business_ref`, `semantic`, `fingerprint`),
+    /// which proofs and metrics write too.
     pub fn as_str(self) -> &'static str {
         match self {
             Level::ProviderId => "provider_id",
@@ -39,6 +42,7 @@ impl Level {
         }
     }
 
+    /// The level spelled `s` exactly as [`Level::as_str`] writes it; `None` otherwise.
     pub fn parse(s: &str) -> Option<Level> {
         Level::ALL.into_iter().find(|l| l.as_str() == s)
     }
@@ -73,6 +77,7 @@ pub enum Normalization {
 }
 
 impl Normalization {
+    /// Every normalization a contract may name.
     pub const ALL: [Normalization; 4] = [
         Normalization::Trim,
         Normalization::Lowercase,
@@ -80,6 +85,7 @@ impl Normalization {
         Normalization::Utc,
     ];
 
+    /// The contract's spelling: `trim`, `lowercase`, `uppercase` or `utc`.
     pub fn as_str(self) -> &'static str {
         match self {
             Normalization::Trim => "trim",
@@ -89,12 +95,27 @@ impl Normalization {
         }
     }
 
+    /// The normalization spelled `s` exactly as [`Normalization::as_str`] writes it; `None`
+    /// otherwise.
     pub fn parse(s: &str) -> Option<Normalization> {
         Normalization::ALL.into_iter().find(|n| n.as_str() == s)
     }
 
     /// Applies the rewrite. Only strings are rewritten; a value of another kind, or a date that
     /// does not parse, is an error rather than a silent guess.
+    ///
+    /// ```
+    /// use oncegate_core::json::Value;
+    /// use oncegate_core::strategy::Normalization;
+    ///
+    /// let mut at = Value::String("2024-05-01T14:00:00+02:00".into());
+    /// Normalization::Utc.apply(&mut at).unwrap();
+    /// assert_eq!(at.as_str(), Some("2024-05-01T12:00:00Z"));
+    ///
+    /// let mut not_a_date = Value::String("yesterday".into());
+    /// assert!(Normalization::Utc.apply(&mut not_a_date).unwrap_err().contains("not an RFC 3339"));
+    /// assert_eq!(not_a_date.as_str(), Some("yesterday")); // left as sent
+    /// ```
     pub fn apply(self, value: &mut Value) -> Result<(), String> {
         let Value::String(s) = value else {
             return Err(format!(
@@ -136,6 +157,7 @@ pub enum ScopeKind {
 }
 
 impl ScopeKind {
+    /// The contract's spelling of the strategy's `scope`: `type` or `operation`.
     pub fn as_str(self) -> &'static str {
         match self {
             ScopeKind::Type => "type",
@@ -147,20 +169,38 @@ impl ScopeKind {
 /// One field a strategy reads, with its own normalizations.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Field {
+    /// Where the value is in the body, read after the type's own normalizations. An absent,
+    /// null or blank value skips the strategy.
     pub pointer: Pointer,
+    /// The strategy's own rewrites of this field (`normalize = { "/p" = [...] }`), applied in
+    /// order on a copy; one that fails skips the strategy rather than making a key from a
+    /// value it could not normalize.
     pub normalize: Vec<Normalization>,
 }
 
-/// A validated strategy.
+/// A validated strategy: one way of making an event type's effect key, one rung of its key
+/// hierarchy (`[[…strategies]]`) or a shadow observed beside it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Strategy {
+    /// The strategy's name; part of every key it makes, with the version.
     pub name: String,
+    /// The definition's version, from 1. One `name@version` has one meaning across the whole
+    /// contract: changing its level, fields, confidence or scope needs a new version, so a
+    /// new definition never silently reinterprets old keys (only the horizon may differ).
     pub version: u32,
+    /// What kind of key it makes, which sets its default confidence.
     pub level: Level,
     /// For `fingerprint`, the parts of the document hashed (empty: the whole document).
+    /// For the other levels, every field must be present, non-null and non-blank for the
+    /// strategy to make the key; the key hashes their key forms in this order.
     pub fields: Vec<Field>,
+    /// How much a match of its key means (default: the level's; never strong for a
+    /// fingerprint).
     pub confidence: Confidence,
+    /// How long the fast dedup index keeps its keys (`horizon`, default: the type's).
     pub horizon: Duration,
+    /// What the key is scoped by besides tenant, provider and environment (`scope`, default
+    /// `type`).
     pub scope: ScopeKind,
 }
 

@@ -13,7 +13,11 @@ pub struct Verifier {
     /// URL with an `{effect_id}` hole, and optionally `{tenant}`, `{provider}`, `{env}` and
     /// `{event_type}`.
     pub url: String,
+    /// The header the consumer's credential is sent in (`auth_header`), stored lower-case,
+    /// when its API needs one.
     pub auth_header: Option<String>,
+    /// Where that header's whole value is read from (`auth_secret_env` or `auth_secret_file`);
+    /// set exactly when `auth_header` is.
     pub auth_secret: Option<SecretSource>,
 }
 
