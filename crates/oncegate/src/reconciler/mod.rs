@@ -35,14 +35,14 @@ use oncegate_store::{
     EffectRecord, EffectState, MissingOperation, QueueItem, QueueKind, ReconcileAttempt,
     Resolution, ResolutionOutcome, ResourceScope, Store, StoreError,
 };
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
 use serde_json::json;
 use time::OffsetDateTime;
+
+mod metrics;
+mod sweep;
+mod unknown;
+
+pub(crate) use metrics::ReconcileMetrics;
 
 use crate::authority::{AuthorityClient, AuthorityPolicy, UrlContext};
 use crate::gate::Gate;
@@ -136,141 +136,6 @@ pub struct RunReport {
     pub items: Vec<ItemReport>,
     /// What the invisible-losses sweep found.
     pub sweep: Vec<SweepReport>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retries_back_off_exponentially_with_jitter_up_to_the_cap() {
-        let id = QueueItemId::from_u128(42);
-        let (base, cap) = (Duration::from_secs(5), Duration::from_secs(600));
-        let mut last = Duration::ZERO;
-        for attempts in 1..=12u64 {
-            let d = retry_delay(&id, attempts, base, cap);
-            let full = (base * 2u32.pow((attempts - 1) as u32)).min(cap);
-            assert!(
-                d >= full / 2 && d <= full,
-                "attempt {attempts}: {d:?} of {full:?}"
-            );
-            assert_eq!(d, retry_delay(&id, attempts, base, cap), "stable");
-            if full < cap {
-                assert!(d > last / 2, "grows");
-            }
-            last = d;
-        }
-        assert!(retry_delay(&id, 30, base, cap) <= cap);
-        let other = QueueItemId::from_u128(43);
-        assert!(
-            (1..=8).any(|n| retry_delay(&id, n, base, cap) != retry_delay(&other, n, base, cap)),
-            "two items spread out"
-        );
-    }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabel {
-    outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TypeLabel {
-    provider: String,
-    env: String,
-    event_type: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct SettledLabel {
-    /// `service` (the reconciler, the verifier) or `person`.
-    by: String,
-    kind: String,
-}
-
-/// `oncegate_reconcile_attempts_total{outcome}`, `oncegate_missing_effects{provider,env,event_type}`,
-/// `oncegate_queue_settled_total{by,kind}` and `oncegate_queue_settle_seconds{by}` (from queued
-/// to settled).
-pub(crate) struct ReconcileMetrics {
-    attempts: Family<OutcomeLabel, Counter>,
-    missing: Family<TypeLabel, Gauge>,
-    settled: Family<SettledLabel, Counter>,
-    settle_seconds: Family<SettledBy, Histogram>,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct SettledBy {
-    by: String,
-}
-
-impl ReconcileMetrics {
-    pub fn register(registry: &mut Registry) -> ReconcileMetrics {
-        let attempts = Family::<OutcomeLabel, Counter>::default();
-        registry.register(
-            "reconcile_attempts",
-            "Reconciler attempts on queue items, by outcome (distinct, duplicate, inconclusive, no_authority, error)",
-            attempts.clone(),
-        );
-        let missing = Family::<TypeLabel, Gauge>::default();
-        registry.register(
-            "missing_effects",
-            "Operations the authority lists for recently seen resources that have no local effect",
-            missing.clone(),
-        );
-        let settled = Family::<SettledLabel, Counter>::default();
-        registry.register(
-            "queue_settled",
-            "Queue items settled, by who settled them (service: the reconciler or the verifier; person) and kind",
-            settled.clone(),
-        );
-        // 0.1 s … about 7 days: a reconciler settles in a second, a person in hours.
-        let settle_seconds = Family::<SettledBy, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.1, 4.0, 13))
-        });
-        registry.register(
-            "queue_settle_seconds",
-            "Time from an item's queueing to its resolution, by who settled it",
-            settle_seconds.clone(),
-        );
-        ReconcileMetrics {
-            attempts,
-            missing,
-            settled,
-            settle_seconds,
-        }
-    }
-
-    /// Counts one settled item: `by` is `service` or `person`.
-    pub(crate) fn settled(&self, by: &str, item: &QueueItem, now: OffsetDateTime) {
-        self.settled
-            .get_or_create(&SettledLabel {
-                by: by.to_owned(),
-                kind: item.kind.as_str().to_owned(),
-            })
-            .inc();
-        let waited = (now - item.created_at).as_seconds_f64().max(0.0);
-        self.settle_seconds
-            .get_or_create(&SettledBy { by: by.to_owned() })
-            .observe(waited);
-    }
-
-    fn attempt(&self, outcome: &str) {
-        self.attempts
-            .get_or_create(&OutcomeLabel {
-                outcome: outcome.to_owned(),
-            })
-            .inc();
-    }
-
-    fn set_missing(&self, provider: &str, env: &str, event_type: &str, n: u64) {
-        self.missing
-            .get_or_create(&TypeLabel {
-                provider: provider.to_owned(),
-                env: env.to_owned(),
-                event_type: event_type.to_owned(),
-            })
-            .set(i64::try_from(n).unwrap_or(i64::MAX));
-    }
 }
 
 /// Everything one run needs.
@@ -437,106 +302,6 @@ impl Run<'_> {
             effect: None,
             summary: why,
         })
-    }
-
-    /// An item waiting on an effect whose outcome is unknown is the consumer's question, never
-    /// the authority's: the type's verification API settles it, else a person. `None` when the
-    /// item is not about an unknown outcome.
-    async fn unknown_outcome(
-        &self,
-        item: &QueueItem,
-        t: Option<&EventType>,
-    ) -> Result<Option<ItemReport>, StoreError> {
-        let Some(effect_id) = &item.existing_effect else {
-            return Ok(None);
-        };
-        let Some(effect) = self.store.effect(effect_id).await? else {
-            return Ok(None);
-        };
-        let unknown = effect.state == EffectState::Unknown
-            || (effect.state == EffectState::Reserved
-                && effect.lease_until.is_some_and(|u| u <= self.now));
-        if !unknown {
-            return Ok(None);
-        }
-        let Some(verifier) = t.and_then(|t| t.verify.as_ref()) else {
-            return self
-                .keep_open(
-                    item,
-                    "no_verifier",
-                    format!("the outcome of effect {effect_id} is unknown and only the consumer can say whether it ran; the type declares no `verify` API: a person resolves it"),
-                    None,
-                )
-                .await
-                .map(Some);
-        };
-        let subject = crate::verifier::Subject {
-            effect_id: effect_id.as_str(),
-            tenant: &item.tenant,
-            provider: &item.provider,
-            env: &item.env,
-            event_type: item.event_type.as_deref().unwrap_or(""),
-        };
-        let (answer, mut evidence) =
-            crate::verifier::ask(self.client.shared_http(), verifier, &subject).await;
-        evidence["at"] = json!(self.now.unix_timestamp());
-        evidence["effect"] = json!(effect_id.as_str());
-        let (verified, verdict, note) = match answer {
-            crate::verifier::Answer::Inconclusive { why } => {
-                return self
-                    .keep_open(item, "inconclusive", why, Some(evidence))
-                    .await
-                    .map(Some);
-            }
-            crate::verifier::Answer::Applied { result } => (
-                oncegate_store::Verified::Applied { result },
-                "duplicate",
-                format!("the consumer's verification API says effect {effect_id} was applied: completed with its result"),
-            ),
-            crate::verifier::Answer::NotApplied => (
-                oncegate_store::Verified::NotApplied,
-                "released",
-                format!("the consumer's verification API says effect {effect_id} was not applied: released as claimable work under a new fencing token"),
-            ),
-        };
-        let settled = self
-            .store
-            .settle_unknown(
-                effect_id,
-                &verified,
-                Resolution {
-                    outcome: ResolutionOutcome::Duplicate,
-                    authoritative_ref: None,
-                    note: note.clone(),
-                    by: VERIFIER.to_owned(),
-                    at: self.now,
-                },
-                &evidence.to_string(),
-            )
-            .await?;
-        self.count(if verdict == "duplicate" {
-            "verified_applied"
-        } else {
-            "verified_not_applied"
-        });
-        if let Some(m) = self.metrics {
-            for i in &settled {
-                m.settled("service", i, self.now);
-            }
-        }
-        self.settled
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(settled.iter().map(|i| i.id.clone()));
-        tracing::info!(queue_item = %item.id, effect_id = %effect_id, verdict, settled = settled.len(), "an unknown outcome settled by the consumer's verification API");
-        Ok(Some(ItemReport {
-            item: item.id.clone(),
-            delivery: item.delivery.clone(),
-            verdict,
-            authoritative_ref: None,
-            effect: Some(effect_id.clone()),
-            summary: note,
-        }))
     }
 
     async fn item(&self, item: &QueueItem) -> Result<ItemReport, StoreError> {
@@ -724,91 +489,6 @@ impl Run<'_> {
             summary: note,
         })
     }
-
-    /// The invisible-losses sweep over every type whose authority asks for one.
-    async fn sweep(&self) -> Result<Vec<SweepReport>, ReconcileError> {
-        let mut out = Vec::new();
-        for provider in self.contract.providers.values() {
-            for t in provider.types.values() {
-                let Some(authority) = &t.authority else {
-                    continue;
-                };
-                let Some(window) = authority.sweep_window else {
-                    continue;
-                };
-                let since = self.now - crate::gate::to_time(window);
-                let resources = self
-                    .store
-                    .resources_seen(&provider.name, &t.name, since)
-                    .await?;
-                // Every environment starts at zero, so a gauge falls back once nothing is missing.
-                let mut totals: BTreeMap<String, u64> = self
-                    .contract
-                    .environments
-                    .iter()
-                    .map(|env| (env.clone(), 0))
-                    .collect();
-                for scope in resources {
-                    let report = self.sweep_one(t, &scope).await?;
-                    *totals.entry(scope.env.clone()).or_default() += report.missing.len() as u64;
-                    out.push(report);
-                }
-                if let Some(m) = self.metrics {
-                    for (env, n) in totals {
-                        m.set_missing(&provider.name, &env, &t.name, n);
-                    }
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    async fn sweep_one(
-        &self,
-        t: &EventType,
-        scope: &ResourceScope,
-    ) -> Result<SweepReport, ReconcileError> {
-        let authority = t
-            .authority
-            .as_ref()
-            .expect("only types with an authority are swept");
-        let ctx = UrlContext {
-            tenant: &scope.tenant,
-            provider: &scope.provider,
-            env: &scope.env,
-            resource: Some(&scope.resource),
-            payload: None,
-        };
-        let answer = match self.client.operations(t, authority, &ctx, self.salt).await {
-            Ok(a) => a,
-            Err(e) => {
-                return Ok(SweepReport {
-                    scope: scope.clone(),
-                    missing: vec![],
-                    error: Some(e.to_string()),
-                })
-            }
-        };
-        let effects = self.store.resource_effects(scope).await?;
-        let declared = reconcile::declared(authority);
-        let missing: Vec<MissingOperation> =
-            reconcile::unmatched(&declared, &answer.operations, &local_effects(&effects))
-                .into_iter()
-                .map(|op| MissingOperation {
-                    reference: op.reference.clone(),
-                    discriminants: op.discriminants.clone(),
-                })
-                .collect();
-        self.store.record_missing(scope, &missing, self.now).await?;
-        if !missing.is_empty() {
-            tracing::warn!(provider = %scope.provider, env = %scope.env, event_type = %scope.event_type, missing = missing.len(), "the authority lists operations with no local effect");
-        }
-        Ok(SweepReport {
-            scope: scope.clone(),
-            missing: missing.into_iter().map(|m| m.reference).collect(),
-            error: None,
-        })
-    }
 }
 
 /// The wait before attempt `attempts + 1` of an item: exponential from `base`, capped at `cap`,
@@ -835,5 +515,36 @@ fn resource_of(t: &EventType, payload: Option<&Value>) -> Option<String> {
         Value::String(s) if !s.trim().is_empty() => Some(s.clone()),
         v @ Value::Number(_) => Some(oncegate_core::canon::to_key_form(v)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_exponentially_with_jitter_up_to_the_cap() {
+        let id = QueueItemId::from_u128(42);
+        let (base, cap) = (Duration::from_secs(5), Duration::from_secs(600));
+        let mut last = Duration::ZERO;
+        for attempts in 1..=12u64 {
+            let d = retry_delay(&id, attempts, base, cap);
+            let full = (base * 2u32.pow((attempts - 1) as u32)).min(cap);
+            assert!(
+                d >= full / 2 && d <= full,
+                "attempt {attempts}: {d:?} of {full:?}"
+            );
+            assert_eq!(d, retry_delay(&id, attempts, base, cap), "stable");
+            if full < cap {
+                assert!(d > last / 2, "grows");
+            }
+            last = d;
+        }
+        assert!(retry_delay(&id, 30, base, cap) <= cap);
+        let other = QueueItemId::from_u128(43);
+        assert!(
+            (1..=8).any(|n| retry_delay(&id, n, base, cap) != retry_delay(&other, n, base, cap)),
+            "two items spread out"
+        );
     }
 }
