@@ -31,14 +31,22 @@ CREATE INDEX IF NOT EXISTS effect_aliases_effect ON effect_aliases (effect_id);
 /// An effect with what is needed to recompute its key under another contract.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigrationSource {
+    /// The effect whose key is to be recomputed.
     pub effect: EffectId,
+    /// The tenant the effect belongs to (part of every key's scope).
     pub tenant: String,
+    /// The provider whose delivery made the effect.
     pub provider: String,
+    /// The provider's environment (`live`, `test`…).
     pub env: String,
+    /// The event type of the effect's first delivery, when it was known.
     pub event_type: Option<String>,
     /// The strategy name and version that made the effect's key, when one did.
     pub strategy: Option<(String, u32)>,
+    /// The effect's state word (`reserved`, `completed`, `failed_retryable`, `failed`,
+    /// `unknown`, `released`), as [`EffectState::as_str`](crate::EffectState::as_str) spells it.
     pub state: String,
+    /// The delivery that created the effect: the one whose payload the key is recomputed from.
     pub first_delivery: DeliveryId,
     /// The first delivery's raw body; `None` once payload retention dropped it.
     pub payload: Option<Vec<u8>>,
@@ -49,18 +57,25 @@ pub struct MigrationSource {
 /// One alias to record: the effect, and the key another strategy version makes for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewAlias {
+    /// The effect the new key is to name.
     pub effect: EffectId,
+    /// The effect's tenant (part of the alias key's scope).
     pub tenant: String,
+    /// The effect's provider (part of the alias key's scope).
     pub provider: String,
+    /// The effect's environment (part of the alias key's scope).
     pub env: String,
     /// The event type as the effect records it (the same one the decision scopes keys with).
     pub event_type: Option<String>,
+    /// The name of the strategy that made `key` (the newer one, not the effect's own).
     pub strategy: String,
+    /// That strategy's version; the alias is scoped by name and version like any key.
     pub version: u32,
     /// The key value as the core made it.
     pub key: String,
     /// The event type, or the operation several types share (as for an effect key).
     pub scope: crate::decision::KeyScope,
+    /// When the alias is recorded.
     pub now: OffsetDateTime,
 }
 

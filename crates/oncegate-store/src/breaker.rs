@@ -24,10 +24,15 @@ type Result<T> = std::result::Result<T, StoreError>;
 /// starts with fresh keys.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BreakerScope {
+    /// The provider whose deliveries the strategy keys.
     pub provider: String,
+    /// The provider's environment (`live`, `test`…).
     pub env: String,
+    /// The event type the strategy makes keys for.
     pub event_type: String,
+    /// The strategy's name, as the contract spells it.
     pub strategy: String,
+    /// The strategy's version; a new version has its own breaker.
     pub version: u32,
 }
 
@@ -89,6 +94,7 @@ impl BreakerRule {
     }
 }
 
+/// Whether a strategy's automatic ignores are trusted: the breaker's position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BreakerState {
     /// Matches are decided normally.
@@ -98,6 +104,7 @@ pub enum BreakerState {
 }
 
 impl BreakerState {
+    /// The word stored in the breaker's `state` column: `"closed"` or `"open"`.
     pub fn as_str(self) -> &'static str {
         match self {
             BreakerState::Closed => "closed",
@@ -105,6 +112,15 @@ impl BreakerState {
         }
     }
 
+    /// The state [`as_str`](Self::as_str) spells, or `None` for any other word.
+    ///
+    /// ```
+    /// use oncegate_store::BreakerState;
+    ///
+    /// assert_eq!(BreakerState::parse("open"), Some(BreakerState::Open));
+    /// assert_eq!(BreakerState::parse(BreakerState::Closed.as_str()), Some(BreakerState::Closed));
+    /// assert_eq!(BreakerState::parse("half-open"), None);
+    /// ```
     pub fn parse(s: &str) -> Option<BreakerState> {
         [BreakerState::Closed, BreakerState::Open]
             .into_iter()
@@ -115,23 +131,32 @@ impl BreakerState {
 /// One breaker as stored, with its current window's counts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Breaker {
+    /// The strategy this breaker guards.
     pub scope: BreakerScope,
+    /// Open while ignores of the strategy are reconciled instead; closed otherwise.
     pub state: BreakerState,
-    /// When it last opened, why (one sentence with the counts), and the counts then.
+    /// When it last opened; `None` when it never did.
     pub opened_at: Option<OffsetDateTime>,
+    /// Why it last opened: one sentence with the window's counts, the rate and the threshold.
     pub reason: Option<String>,
+    /// How many matches the window held when it last opened (0 when it never did).
     pub opened_matches: u64,
+    /// How many of those matches were collisions when it last opened (0 when it never did).
     pub opened_collisions: u64,
-    /// Who closed it last, when, and their note.
+    /// When an operator last closed it.
     pub closed_at: Option<OffsetDateTime>,
+    /// Who last closed it (the operator the close request named).
     pub closed_by: Option<String>,
+    /// The operator's note when they last closed it.
     pub note: Option<String>,
-    /// Matches and collisions inside the window now (zero right after a close).
+    /// Key matches inside the window now (zero right after a close).
     pub matches: u64,
+    /// Collisions among `matches` inside the window now.
     pub collisions: u64,
 }
 
 impl Breaker {
+    /// Whether the breaker is open, so what would be ignored for its strategy is reconciled.
     pub fn is_open(&self) -> bool {
         self.state == BreakerState::Open
     }

@@ -28,7 +28,9 @@ type Result<T> = std::result::Result<T, StoreError>;
 /// reinterprets the keys of an old one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct StrategyRef {
+    /// The strategy's name, as the contract spells it.
     pub name: String,
+    /// The strategy's version, part of every key's scope: a new version starts with fresh keys.
     pub version: u32,
     /// `provider_id`, `business_ref`, `semantic` or `fingerprint`.
     pub level: String,
@@ -96,6 +98,7 @@ impl KeyScope {
 /// The effect key of a delivery, as the core's identity computed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EffectKey {
+    /// The strategy that made the key.
     pub strategy: StrategyRef,
     /// The key as the core made it (sensitive parts already keyed-hashed). The store scopes it
     /// further by tenant, provider, env, `scope` (the event type, or the declared operation)
@@ -103,7 +106,9 @@ pub struct EffectKey {
     pub value: String,
     /// The event type, or the operation several types share.
     pub scope: KeyScope,
+    /// How far a match of this key can be trusted to name the same operation.
     pub confidence: Confidence,
+    /// How long the fast index keeps the key (the index entry's expiry; the proof outlives it).
     pub horizon: Horizon,
     /// The type's discriminants for this delivery: field → canonical (masked) value. Stored
     /// with a new effect so later matches can be compared against it.
@@ -113,6 +118,7 @@ pub struct EffectKey {
 /// Everything the store needs to decide one journaled delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecideRequest {
+    /// The journaled delivery to decide (the id `journal` returned).
     pub delivery: DeliveryId,
     /// The event type once the body was read; recorded on the delivery when it was not known
     /// at journal time.
@@ -123,6 +129,8 @@ pub struct DecideRequest {
     pub lease: Duration,
     /// Opaque JSON text kept in the proof (skipped strategies, fields used…).
     pub details_json: String,
+    /// The decision's time: the lease runs from it, the index horizon is measured from it, and new
+    /// ids carry it.
     pub now: OffsetDateTime,
     /// The resource the delivery is about (the type's `resource` field), kept on the effect
     /// so the reconciler can list every local effect of one resource.
@@ -135,11 +143,15 @@ pub struct DecideRequest {
 /// The effect that already holds a delivery's key, as the matrix sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PriorEffect {
+    /// The effect's id.
     pub id: EffectId,
     /// As stored, except that a reservation whose lease passed reads as `Unknown`.
     pub state: EffectState,
+    /// Its fencing token as read; a takeover succeeds only if no one moved it since.
     pub fencing_token: u64,
+    /// The delivery that created the effect: the `reference_delivery` of an ignore.
     pub first_delivery: DeliveryId,
+    /// The discriminants recorded when the effect was reserved: field → canonical (masked) value.
     pub discriminants: BTreeMap<String, String>,
     /// The result reference recorded by `complete`.
     pub result: Option<String>,
@@ -159,10 +171,14 @@ pub struct PriorEffect {
 /// `Purged` (the horizon passed but a record remains); nothing at all gives `None`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PriorView {
+    /// Whether an earlier delivery carries the same provider delivery id, and with which body.
     pub transport: TransportMatch,
     /// The earlier delivery with the same transport key (one with the same body when there is one).
     pub transport_reference: Option<DeliveryId>,
+    /// The prior record for the effect key as the matrix reads it (`None` when there is no key).
     pub prior: Prior,
+    /// The effect that holds the key, when one was found (through the index, the effect table or
+    /// an alias).
     pub effect: Option<PriorEffect>,
     /// The discriminants that disagree between `effect` and the request's key, computed by the
     /// store over the union of both fields (empty without a prior effect). The matrix's
@@ -175,16 +191,24 @@ pub struct PriorView {
 /// or `fail` it with this token before `lease_until`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reservation {
+    /// The effect reserved (or taken over) for the caller.
     pub effect: EffectId,
+    /// The token to present with `complete`, `fail` and `heartbeat`: 1 for a new effect, the prior
+    /// token + 1 for a takeover.
     pub fencing_token: u64,
+    /// When the lease ends: the decision's `now` plus the request's `lease`. Past it, the
+    /// reservation is presumed lost and the effect's outcome becomes unknown.
     pub lease_until: OffsetDateTime,
 }
 
 /// The answer of one decision; everything in it is committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecideOutcome {
+    /// What the matrix decided, as it was applied (after any re-read that a lost race caused).
     pub decision: Decision,
+    /// The prior record for the key the decision was made on.
     pub prior: Prior,
+    /// The transport match the decision was made on.
     pub transport: TransportMatch,
     /// The effect the decision concerns: the one reserved or taken over (`Process`), the one
     /// duplicated (`Ignore`), or the existing one the delivery collides with or must be
@@ -204,27 +228,52 @@ pub struct DecideOutcome {
 /// the payload until the proof retention passes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProofRecord {
+    /// The delivery this proof explains.
     pub delivery: DeliveryId,
+    /// The delivery's tenant.
     pub tenant: String,
+    /// The delivery's provider.
     pub provider: String,
+    /// The delivery's environment (`live`, `test`…).
     pub env: String,
+    /// The delivery's event type, `None` when it was never known (a rejection).
     pub event_type: Option<String>,
+    /// The decision's time: the request's `now`.
     pub decided_at: OffsetDateTime,
+    /// The strategy that made the key; `None` when none did (a rejection, no contract, an unkeyed
+    /// delivery).
     pub strategy: Option<StrategyRef>,
+    /// The effect key's value as the core made it (sensitive parts keyed-hashed), when one was
+    /// made.
     pub key: Option<String>,
+    /// The confidence of that key, when one was made.
     pub confidence: Option<Confidence>,
+    /// The prior record for the key the matrix saw.
     pub prior: Prior,
+    /// The transport match the matrix saw.
     pub transport: TransportMatch,
+    /// What the delivery was told to do.
     pub action: Action,
+    /// For an ignore: whether it was recognized as the same packet or as the same effect.
     pub layer: Option<Layer>,
+    /// The decision's reason, one plain sentence.
     pub reason: String,
+    /// The marks the matrix set (`possible_duplicate`, `takeover`, `breaker_open`…), in order.
     pub flags: Vec<Flag>,
+    /// The matrix row that decided (`R1`…).
     pub rule: String,
+    /// The version of the decision matrix that decided (the core's `MATRIX_VERSION`), so a proof
+    /// can be read against the rules of its time.
     pub matrix_version: u32,
+    /// The first delivery of the existing effect, or the earlier packet for a transport match.
     pub reference_delivery: Option<DeliveryId>,
+    /// The effect the decision concerns (as [`DecideOutcome::effect`]).
     pub effect: Option<EffectId>,
+    /// The queue item opened for a quarantine or a reconcile.
     pub queue_item: Option<QueueItemId>,
+    /// The discriminants that disagreed with the existing effect (empty when none did).
     pub differences: Vec<Difference>,
+    /// The request's `details_json`, kept as given (skipped strategies, fields used…).
     pub details_json: String,
 }
 

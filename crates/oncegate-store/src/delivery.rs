@@ -22,6 +22,7 @@ pub enum TransportStrength {
 }
 
 impl TransportStrength {
+    /// The word stored in the journal's `transport_strength` column: `"strong"` or `"weak"`.
     pub fn as_str(self) -> &'static str {
         match self {
             TransportStrength::Strong => "strong",
@@ -29,6 +30,16 @@ impl TransportStrength {
         }
     }
 
+    /// The strength [`as_str`](Self::as_str) spells, or `None` for any other word.
+    ///
+    /// ```
+    /// use oncegate_store::TransportStrength;
+    ///
+    /// for s in [TransportStrength::Strong, TransportStrength::Weak] {
+    ///     assert_eq!(TransportStrength::parse(s.as_str()), Some(s));
+    /// }
+    /// assert_eq!(TransportStrength::parse("Strong"), None);
+    /// ```
     pub fn parse(s: &str) -> Option<TransportStrength> {
         [TransportStrength::Strong, TransportStrength::Weak]
             .into_iter()
@@ -39,7 +50,11 @@ impl TransportStrength {
 /// The key that recognizes the same packet delivered again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransportKey {
+    /// The key itself: SHA-256 in lowercase hex over the origin (tenant, provider, environment)
+    /// and either the provider's delivery id or the raw body's hash, so the same packet from two
+    /// tenants or environments never matches.
     pub value: String,
+    /// Whether it was made from a provider delivery id header or only from the raw body.
     pub strength: TransportStrength,
 }
 
@@ -47,11 +62,16 @@ pub struct TransportKey {
 /// journaled too.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewReception {
+    /// The tenant the delivery was posted for: the outermost part of every key's scope.
     pub tenant: String,
+    /// The provider's name, as the contract spells it.
     pub provider: String,
+    /// The provider's environment (`live`, `test`…); deliveries of two environments never share a
+    /// key.
     pub env: String,
     /// Unknown when the body could not be read far enough to tell (a rejection).
     pub event_type: Option<String>,
+    /// When the service received the request (stored to the millisecond).
     pub received_at: OffsetDateTime,
     /// Raw body size in bytes.
     pub size: u64,
@@ -61,7 +81,11 @@ pub struct NewReception {
     pub headers_json: String,
     /// The raw body, kept until the payload retention passes.
     pub payload: Option<Vec<u8>>,
+    /// What recognizes a provider retry of this packet; `None` for a rejection made before a key
+    /// could be computed.
     pub transport_key: Option<TransportKey>,
+    /// The caller's correlation id (the `X-Correlation-Id` or `X-Request-Id` header), kept so logs
+    /// and the journal can be joined.
     pub correlation_id: Option<String>,
 }
 
@@ -69,17 +93,29 @@ pub struct NewReception {
 /// (and in listings, which never carry bodies).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryRecord {
+    /// The journal's id (`dlv_…`), time-ordered by reception.
     pub id: DeliveryId,
+    /// The tenant the delivery was posted for.
     pub tenant: String,
+    /// The provider's name, as the contract spells it.
     pub provider: String,
+    /// The provider's environment (`live`, `test`…).
     pub env: String,
+    /// The event type, `None` when the reception was rejected before it could be told.
     pub event_type: Option<String>,
+    /// When the service received the request, to the millisecond.
     pub received_at: OffsetDateTime,
+    /// Raw body size in bytes (kept after the payload itself is dropped).
     pub size: u64,
+    /// SHA-256 of the raw body, lowercase hex (kept after the payload itself is dropped).
     pub body_sha256: String,
+    /// The allow-listed request headers as JSON object text, exactly as journaled.
     pub headers_json: String,
+    /// The raw body; `None` once the payload retention dropped it, and always in listings.
     pub payload: Option<Vec<u8>>,
+    /// The packet's transport key, when one was computed.
     pub transport_key: Option<TransportKey>,
+    /// The caller's correlation id, when the request carried one.
     pub correlation_id: Option<String>,
 }
 
@@ -88,11 +124,23 @@ pub struct DeliveryRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum TenantFilter {
     #[default]
+    /// No restriction: every tenant is visible.
     All,
+    /// Only these tenants (exact names) are visible; an empty list shows nothing.
     Only(Vec<String>),
 }
 
 impl TenantFilter {
+    /// Whether `tenant` is visible under this filter.
+    ///
+    /// ```
+    /// use oncegate_store::TenantFilter;
+    ///
+    /// assert!(TenantFilter::All.allows("acme"));
+    /// let only = TenantFilter::Only(vec!["acme".to_owned()]);
+    /// assert!(only.allows("acme"));
+    /// assert!(!only.allows("globex"));
+    /// ```
     pub fn allows(&self, tenant: &str) -> bool {
         match self {
             TenantFilter::All => true,
@@ -104,14 +152,21 @@ impl TenantFilter {
 /// A search over deliveries, newest first. Every field narrows; `None` means "any".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryFilter {
+    /// The tenants the caller may see; applied in the query itself.
     pub tenants: TenantFilter,
+    /// Only deliveries from this provider.
     pub provider: Option<String>,
+    /// Only deliveries for this environment.
     pub env: Option<String>,
+    /// Only deliveries of this event type (rejections with no known type never match).
     pub event_type: Option<String>,
+    /// Only deliveries whose proof recorded this action (undecided ones never match).
     pub action: Option<Action>,
     /// The effect key as stored in the proof.
     pub key: Option<String>,
+    /// Only deliveries with this correlation id.
     pub correlation_id: Option<String>,
+    /// Only deliveries with this transport key value (the hex digest, as [`TransportKey::value`]).
     pub transport_key: Option<String>,
     /// Received at or after.
     pub since: Option<OffsetDateTime>,
@@ -119,6 +174,7 @@ pub struct DeliveryFilter {
     pub until: Option<OffsetDateTime>,
     /// Paging: only deliveries whose id sorts before this one (ids are time-ordered).
     pub before: Option<DeliveryId>,
+    /// The most rows returned (100 by default).
     pub limit: u32,
 }
 
@@ -144,11 +200,15 @@ impl Default for DeliveryFilter {
 /// One row of a delivery listing: the delivery (without its body) and the gist of its proof.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliverySummary {
+    /// The journaled delivery; its `payload` is always `None` here.
     pub delivery: DeliveryRecord,
     /// `None` while the delivery has no proof yet (or never got one: the report's gap).
     pub action: Option<Action>,
+    /// The proof's one plain sentence explaining the action.
     pub reason: Option<String>,
+    /// The effect key the proof recorded, when a strategy made one.
     pub key: Option<String>,
+    /// The effect the delivery was reserved for or linked to, when the decision touched one.
     pub effect: Option<EffectId>,
 }
 

@@ -22,8 +22,13 @@ type Result<T> = std::result::Result<T, StoreError>;
 pub enum EffectState {
     /// A holder has it under a lease and a fencing token.
     Reserved,
+    /// Its holder recorded a result with `complete`: a later delivery matching it under a strong
+    /// key is ignored and answered with that result.
     Completed,
+    /// Its holder recorded a failure with `fail`.
     Failed {
+        /// Whether the next delivery of the key may take the effect over (fencing token + 1); a
+        /// permanent failure is never taken over.
         retryable: bool,
     },
     /// A reservation's lease passed with neither complete nor fail: nothing is re-run blindly.
@@ -33,6 +38,8 @@ pub enum EffectState {
 }
 
 impl EffectState {
+    /// The word stored in the effect's `state` column (`reserved`, `completed`, `failed_retryable`,
+    /// `failed`, `unknown`, `released`).
     pub fn as_str(self) -> &'static str {
         match self {
             EffectState::Reserved => "reserved",
@@ -44,6 +51,17 @@ impl EffectState {
         }
     }
 
+    /// The state [`as_str`](Self::as_str) spells, or `None` for any other word.
+    ///
+    /// ```
+    /// use oncegate_store::EffectState;
+    ///
+    /// let retryable = EffectState::Failed { retryable: true };
+    /// assert_eq!(retryable.as_str(), "failed_retryable");
+    /// assert_eq!(EffectState::parse("failed_retryable"), Some(retryable));
+    /// assert_eq!(EffectState::parse("failed"), Some(EffectState::Failed { retryable: false }));
+    /// assert_eq!(EffectState::parse("done"), None);
+    /// ```
     pub fn parse(s: &str) -> Option<EffectState> {
         [
             EffectState::Reserved,
@@ -76,6 +94,8 @@ pub enum LinkKind {
 }
 
 impl LinkKind {
+    /// The word stored in the link's `kind` column (`reserved`, `transport`, `effect`,
+    /// `resolved_duplicate`, `resolved_distinct`, `claimed`).
     pub fn as_str(self) -> &'static str {
         match self {
             LinkKind::Reserved => "reserved",
@@ -87,6 +107,15 @@ impl LinkKind {
         }
     }
 
+    /// The kind [`as_str`](Self::as_str) spells, or `None` for any other word.
+    ///
+    /// ```
+    /// use oncegate_store::LinkKind;
+    ///
+    /// assert_eq!(LinkKind::ResolvedDuplicate.as_str(), "resolved_duplicate");
+    /// assert_eq!(LinkKind::parse("resolved_duplicate"), Some(LinkKind::ResolvedDuplicate));
+    /// assert_eq!(LinkKind::parse("duplicate"), None);
+    /// ```
     pub fn parse(s: &str) -> Option<LinkKind> {
         [
             LinkKind::Reserved,
@@ -104,39 +133,62 @@ impl LinkKind {
 /// One delivery attached to an effect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EffectLink {
+    /// The linked delivery.
     pub delivery: DeliveryId,
+    /// How it came to be linked; a delivery is linked to an effect at most once per kind.
     pub kind: LinkKind,
+    /// When the link was written.
     pub at: OffsetDateTime,
 }
 
 /// An effect read back, with every delivery linked to it (oldest first).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EffectRecord {
+    /// The effect's id (`eff_…`), time-ordered by creation.
     pub id: EffectId,
+    /// The tenant the effect belongs to.
     pub tenant: String,
+    /// The provider whose delivery created it.
     pub provider: String,
+    /// The provider's environment (`live`, `test`…).
     pub env: String,
+    /// The event type of the delivery that created it; `None` when that delivery's type was
+    /// never known.
     pub event_type: Option<String>,
+    /// The strategy (name, version, level) that made its key; `None` for an unkeyed delivery.
     pub strategy: Option<StrategyRef>,
+    /// The effect key's value as the core made it; `None` for an unkeyed delivery.
     pub key: Option<String>,
     /// Durable effects keep their identity forever; purge never removes them.
     pub durable: bool,
     /// As stored (`expire_leases` or an access turns an expired reservation into `Unknown`).
     pub state: EffectState,
+    /// The reservation's fencing token: 1 for a new reservation, 0 for an effect a `distinct`
+    /// resolution created (until its claim), incremented by every takeover, settlement release
+    /// and claim. Only the current token's holder may `complete`, `fail` or `heartbeat`.
     pub fencing_token: u64,
+    /// When the current (or last) reservation's lease ends; `None` for an effect never reserved
+    /// yet, or whose lease a settlement cleared.
     pub lease_until: Option<OffsetDateTime>,
     /// Who holds or last held the reservation: a worker name for claims.
     pub holder: Option<String>,
+    /// The type's discriminants as recorded at reservation: field → canonical (masked) value.
     pub discriminants: BTreeMap<String, String>,
     /// A reference to the transaction, resource and rule version (JSON text), not the payload.
     pub result: Option<String>,
+    /// The holder's failure message, when it recorded one with `fail`.
     pub error: Option<String>,
     /// Set when the queue released the effect on the authority's (or a person's) word.
     pub authoritative_ref: Option<String>,
+    /// The delivery that created the effect (reserved it, or was released as it).
     pub first_delivery: DeliveryId,
+    /// The queue item that released it, when the queue did.
     pub queue_item: Option<QueueItemId>,
+    /// When the effect was created.
     pub created_at: OffsetDateTime,
+    /// When the effect's row last changed (a takeover, an outcome, a claim, a settlement).
     pub updated_at: OffsetDateTime,
+    /// Every delivery linked to it, oldest first (empty in `resource_effects` listings).
     pub deliveries: Vec<EffectLink>,
     /// The resource the effect is about, when its type declares one (reconciliation lists the
     /// local effects of one resource).
@@ -150,16 +202,28 @@ pub struct EffectRecord {
 /// the token like any reservation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
+    /// The released effect now held by the worker.
     pub effect: EffectId,
+    /// The worker's fencing token: the effect's previous token + 1. Present it with every
+    /// `complete`, `fail` and `heartbeat`.
     pub fencing_token: u64,
+    /// When the worker's lease ends unless a `heartbeat` extends it.
     pub lease_until: OffsetDateTime,
+    /// The effect's first delivery: the one whose payload the worker applies.
     pub delivery: DeliveryId,
+    /// The effect's tenant.
     pub tenant: String,
+    /// The effect's provider.
     pub provider: String,
+    /// The effect's environment (`live`, `test`…).
     pub env: String,
+    /// The effect's event type, when it has one.
     pub event_type: Option<String>,
+    /// The effect key's value, when a strategy made one.
     pub key: Option<String>,
+    /// The reference the authority (or a person) gave when releasing it as a distinct operation.
     pub authoritative_ref: Option<String>,
+    /// The queue item whose resolution released it, when one did.
     pub queue_item: Option<QueueItemId>,
 }
 

@@ -8,7 +8,11 @@ use oncegate_core::ids::EffectId;
 /// The original driver error, kept as the `source()` for logs but never printed by `Display`.
 pub type Cause = Box<dyn StdError + Send + Sync + 'static>;
 
+/// Every way a store call can fail, each a plain sentence a caller can act on. `Unavailable`
+/// is the one failure a later retry is meant to cure; the driver's own error is kept as the
+/// `source()` of `Unavailable` and `Internal` for logs, never in the message.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // each variant's message says what it and its fields hold
 pub enum StoreError {
     /// The database cannot be reached or cannot write (connection refused, pool timeout, disk
     /// full, read-only file). Nothing was decided; the caller may retry later.
@@ -16,20 +20,25 @@ pub enum StoreError {
     Unavailable {
         /// A short plain cause ("connection refused", "disk is full"…), not the driver's text.
         cause: String,
+        /// The driver's error, for logs (`None` when the store itself found the cause).
         #[source]
         source: Option<Cause>,
     },
     /// The fencing token is not the effect's current one: another holder took over.
     #[error("effect {effect} is at fencing token {current}; token {presented} is stale")]
     StaleToken {
+        /// The effect the caller tried to complete, fail or heartbeat.
         effect: EffectId,
+        /// The token the caller presented.
         presented: u64,
+        /// The effect's current token (held by whoever took it over).
         current: u64,
     },
     /// The token is current but the reservation is gone: its lease expired or an outcome was
     /// already recorded.
     #[error("effect {effect} is no longer reserved under token {token} (its lease expired or it already has an outcome)")]
     LeaseLost { effect: EffectId, token: u64 },
+    /// A stored record the request names does not exist (or no longer does, after a purge).
     #[error("{what} {id} was not found")]
     NotFound { what: &'static str, id: String },
     /// The request contradicts what is stored (a delivery decided twice, a queue item
@@ -50,7 +59,9 @@ pub enum StoreError {
     /// `sqlstate` is the database's code, for the log; values are never part of it.
     #[error("the database refused a statement (SQLSTATE {sqlstate})")]
     Internal {
+        /// PostgreSQL's five-character SQLSTATE code (`22P02`, `42P01`…).
         sqlstate: String,
+        /// The driver's error, for logs.
         #[source]
         source: Option<Cause>,
     },

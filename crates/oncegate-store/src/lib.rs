@@ -16,6 +16,8 @@
 //!
 //! Time always comes in as an argument; ids are generated here (time-ordered ULIDs).
 
+#![warn(missing_docs)]
+
 use std::sync::Arc;
 
 use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
@@ -172,8 +174,12 @@ pub trait Store: Send + Sync {
     /// returns those effects.
     async fn expire_leases(&self, now: OffsetDateTime) -> Result<Vec<EffectId>, StoreError>;
 
+    /// One journaled delivery with its payload (while the payload retention keeps it);
+    /// `None` when no delivery has this id, or the proof retention purged it.
     async fn delivery(&self, id: &DeliveryId) -> Result<Option<DeliveryRecord>, StoreError>;
 
+    /// The proof of a delivery's decision (rejections have one too); `None` while it is not
+    /// decided, or once the proof retention purged it.
     async fn proof(&self, id: &DeliveryId) -> Result<Option<ProofRecord>, StoreError>;
 
     /// The effect with every delivery linked to it.
@@ -191,6 +197,8 @@ pub trait Store: Send + Sync {
     /// age, all read in one transaction.
     async fn queue_page(&self, filter: &QueueFilter) -> Result<QueuePage, StoreError>;
 
+    /// One queue item, open or resolved, with its resolution and reconcile attempts; `None`
+    /// when no item has this id.
     async fn queue_item(&self, id: &QueueItemId) -> Result<Option<QueueItem>, StoreError>;
 
     /// Settles an open queue item: `distinct` releases the delivery as a new claimable effect
@@ -364,7 +372,44 @@ pub trait Store: Send + Sync {
 }
 
 /// Opens the store a URL names and applies the embedded migrations: `postgres://…` or
-/// `postgresql://…` for PostgreSQL; `sqlite://path`, `sqlite:path` or a plain path for SQLite.
+/// `postgresql://…` for PostgreSQL; `sqlite://path`, `sqlite:path` or a plain path for SQLite
+/// (the file is created when missing). An empty SQLite path is a `Config` error.
+///
+/// ```
+/// use oncegate_store::testing::TestDatabase;
+/// use oncegate_store::{NewReception, StoreError};
+/// use time::OffsetDateTime;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), StoreError> {
+/// let db = TestDatabase::sqlite();
+/// let store = oncegate_store::open(&db.url).await?;
+/// assert_eq!(store.backend(), "sqlite");
+///
+/// // A reception is journaled before anything is decided, and reads back as it was given.
+/// let id = store
+///     .journal(NewReception {
+///         tenant: "acme".into(),
+///         provider: "pay".into(),
+///         env: "live".into(),
+///         event_type: Some("refund.created".into()),
+///         received_at: OffsetDateTime::from_unix_timestamp(1_772_366_400).unwrap(),
+///         size: 2,
+///         body_sha256: "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a".into(),
+///         headers_json: "{}".into(),
+///         payload: Some(b"{}".to_vec()),
+///         transport_key: None,
+///         correlation_id: None,
+///     })
+///     .await?;
+/// let journaled = store.delivery(&id).await?.expect("the journaled delivery");
+/// assert_eq!(journaled.payload.as_deref(), Some(&b"{}"[..]));
+/// assert!(store.proof(&id).await?.is_none(), "not decided yet");
+///
+/// assert!(matches!(oncegate_store::open("sqlite://").await, Err(StoreError::Config(_))));
+/// # Ok(())
+/// # }
+/// ```
 pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(postgres::PgStore::open(url).await?))

@@ -24,6 +24,7 @@ pub use resolution::{Resolution, ResolutionOutcome, ResolutionRecord};
 
 type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// Why a delivery was queued: the action of the matrix row that sent it to the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QueueKind {
     /// Same key, different discriminants: a collision.
@@ -33,6 +34,7 @@ pub enum QueueKind {
 }
 
 impl QueueKind {
+    /// The word stored in the item's `kind` column: `"quarantine"` or `"reconcile"`.
     pub fn as_str(self) -> &'static str {
         match self {
             QueueKind::Quarantine => "quarantine",
@@ -40,6 +42,16 @@ impl QueueKind {
         }
     }
 
+    /// The kind [`as_str`](Self::as_str) spells, or `None` for any other word.
+    ///
+    /// ```
+    /// use oncegate_store::QueueKind;
+    ///
+    /// for k in [QueueKind::Quarantine, QueueKind::Reconcile] {
+    ///     assert_eq!(QueueKind::parse(k.as_str()), Some(k));
+    /// }
+    /// assert_eq!(QueueKind::parse("collision"), None);
+    /// ```
     pub fn parse(s: &str) -> Option<QueueKind> {
         [QueueKind::Quarantine, QueueKind::Reconcile]
             .into_iter()
@@ -47,13 +59,17 @@ impl QueueKind {
     }
 }
 
+/// Whether a queue item still waits for a verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QueueStatus {
+    /// Waiting for the reconciler or a person; the delivery's effect is not applied meanwhile.
     Open,
+    /// Settled by a resolution (recorded on the item); resolving it again is a `Conflict`.
     Resolved,
 }
 
 impl QueueStatus {
+    /// The word stored in the item's `status` column: `"open"` or `"resolved"`.
     pub fn as_str(self) -> &'static str {
         match self {
             QueueStatus::Open => "open",
@@ -61,6 +77,7 @@ impl QueueStatus {
         }
     }
 
+    /// The status [`as_str`](Self::as_str) spells, or `None` for any other word.
     pub fn parse(s: &str) -> Option<QueueStatus> {
         [QueueStatus::Open, QueueStatus::Resolved]
             .into_iter()
@@ -80,6 +97,7 @@ pub enum Proposal {
 }
 
 impl Proposal {
+    /// The word stored in the item's `proposed` column: `"distinct"`, `"duplicate"` or `"verify"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Proposal::Distinct => "distinct",
@@ -88,6 +106,7 @@ impl Proposal {
         }
     }
 
+    /// The proposal [`as_str`](Self::as_str) spells, or `None` for any other word.
     pub fn parse(s: &str) -> Option<Proposal> {
         [Proposal::Distinct, Proposal::Duplicate, Proposal::Verify]
             .into_iter()
@@ -109,28 +128,47 @@ impl Proposal {
 /// One queue entry with everything a reviewer needs side by side.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueItem {
+    /// The item's id (`q_…`), time-ordered by creation.
     pub id: QueueItemId,
+    /// Whether it was quarantined as a collision or sent to reconciliation.
     pub kind: QueueKind,
+    /// Open until a resolution settles it.
     pub status: QueueStatus,
+    /// The queued delivery.
     pub delivery: DeliveryId,
+    /// The delivery's tenant.
     pub tenant: String,
+    /// The delivery's provider.
     pub provider: String,
+    /// The delivery's environment (`live`, `test`…).
     pub env: String,
+    /// The delivery's event type, when it was known.
     pub event_type: Option<String>,
+    /// The strategy that made the delivery's key; `None` when no key was made (no contract,
+    /// required fields absent).
     pub strategy: Option<StrategyRef>,
+    /// The delivery's effect key value, when one was made.
     pub key: Option<String>,
     /// The horizon of the key's type: a distinct resolution releases an effect as durable as it.
     pub horizon: Option<Horizon>,
     /// The incoming delivery's discriminants, carried to a released effect.
     pub discriminants: BTreeMap<String, String>,
+    /// The effect that already held the key when the item was queued (the one a collision differs
+    /// from, or a `duplicate` verdict links to).
     pub existing_effect: Option<EffectId>,
+    /// That effect's first delivery: what a reviewer compares the queued delivery with.
     pub first_delivery: Option<DeliveryId>,
+    /// The discriminants that disagreed with the existing effect (a collision's evidence).
     pub differences: Vec<Difference>,
+    /// The existing effect's result (or its recorded error) when the item was queued.
     pub existing_result: Option<String>,
+    /// What the queue suggests, from the matrix row that queued the item.
     pub proposed: Proposal,
     /// The decision's plain sentence.
     pub reason: String,
+    /// When the item was queued; the listing's order.
     pub created_at: OffsetDateTime,
+    /// The verdict, once the item is resolved.
     pub resolution: Option<ResolutionRecord>,
     /// The resource the delivery is about, carried to a released effect.
     pub resource: Option<String>,
@@ -138,6 +176,7 @@ pub struct QueueItem {
     pub critical: bool,
     /// How many times the reconciler asked the authority about this item.
     pub reconcile_attempts: u64,
+    /// When the reconciler last asked the authority about this item.
     pub last_attempt_at: Option<OffsetDateTime>,
     /// Why the last attempt did not settle the item (no authority, an error, inconclusive).
     pub last_error: Option<String>,
@@ -154,10 +193,15 @@ pub struct QueueItem {
 /// created now, so it sorts after everything already listed and shows on a later page.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueFilter {
+    /// The tenants the caller may see; applied in the query itself.
     pub tenants: TenantFilter,
+    /// Only items in this status; `Some(Open)` by default (the work to do).
     pub status: Option<QueueStatus>,
+    /// Only items of this kind.
     pub kind: Option<QueueKind>,
+    /// Only items of deliveries from this provider.
     pub provider: Option<String>,
+    /// The most items on one page (100 by default).
     pub limit: u32,
     /// The delivery's event type.
     pub event_type: Option<String>,
@@ -212,7 +256,9 @@ impl Default for QueueFilter {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueCursor {
+    /// When the item was queued (kept to the millisecond in the text form).
     pub created_at: OffsetDateTime,
+    /// The item's id: orders items queued in the same millisecond.
     pub id: QueueItemId,
 }
 
@@ -262,7 +308,9 @@ impl FromStr for QueueCursor {
 /// Open and resolved items of one kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StatusCounts {
+    /// Items still waiting for a verdict.
     pub open: u64,
+    /// Items settled by a resolution.
     pub resolved: u64,
 }
 
@@ -270,7 +318,9 @@ pub struct StatusCounts {
 /// and age filters (its kind, status and cursor do not narrow them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueueCounts {
+    /// Collisions: same key, differing discriminants.
     pub quarantine: StatusCounts,
+    /// Deliveries that could not be identified safely.
     pub reconcile: StatusCounts,
 }
 
@@ -287,11 +337,13 @@ impl QueueCounts {
 /// One page of a listing, read in one transaction with its counts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuePage {
+    /// The page's items, oldest first (at most the filter's `limit`).
     pub items: Vec<QueueItem>,
     /// Where the next page starts (pass as `after`); `None` on the last page.
     pub next: Option<QueueCursor>,
     /// Where the previous page ends (pass as `before`); `None` on the first page.
     pub previous: Option<QueueCursor>,
+    /// Items per kind and status under the filter's tenant, provider, type and age.
     pub counts: QueueCounts,
 }
 
@@ -299,7 +351,9 @@ pub struct QueuePage {
 /// open item is meant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum QueueRef {
+    /// A queue item named by its own id (`q_…`).
     Item(QueueItemId),
+    /// A delivery (`dlv_…`) whose one open item is meant (see [`DeliveryItems`]).
     Delivery(DeliveryId),
 }
 

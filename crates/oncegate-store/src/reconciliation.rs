@@ -25,16 +25,23 @@ type Result<T> = std::result::Result<T, StoreError>;
 /// is asked about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ResourceScope {
+    /// The tenant whose effects are compared with the authority's list.
     pub tenant: String,
+    /// The provider the authority belongs to.
     pub provider: String,
+    /// The provider's environment (`live`, `test`…).
     pub env: String,
+    /// The event type whose contract names the authority.
     pub event_type: String,
+    /// The resource's value as the type's `resource` field gives it (a payment id, an order id…),
+    /// substituted into the authority's URL.
     pub resource: String,
 }
 
 /// One attempt of the reconciler on a queue item that it could not settle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReconcileAttempt {
+    /// When the attempt was made; the item's `last_attempt_at`.
     pub at: OffsetDateTime,
     /// Why the item stays open: no authority, an error, an inconclusive answer.
     pub error: String,

@@ -16,19 +16,30 @@ type Result<T> = std::result::Result<T, StoreError>;
 /// Counts over one group (or the total). Every figure is computed from stored rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ReportCounts {
+    /// Deliveries journaled (rejected ones included).
     pub received: u64,
+    /// Deliveries whose proof says `reject` (malformed, bad signature, over limits).
     pub rejected: u64,
+    /// Deliveries whose proof says `process` (a reservation was handed out).
     pub processed: u64,
+    /// Deliveries ignored as the same packet again (a provider retry).
     pub ignored_transport: u64,
+    /// Deliveries ignored as another packet for an effect that already exists.
     pub ignored_effect: u64,
+    /// Deliveries whose proof says `quarantine` (collisions kept aside).
     pub quarantined: u64,
     /// Deliveries whose proof says `reconcile`.
     pub reconcile: u64,
     /// Reconcile queue items still open / resolved.
     pub reconcile_pending: u64,
+    /// Reconcile queue items already resolved (counted by when they were queued).
     pub reconcile_resolved: u64,
+    /// Effects created in the period that are now completed.
     pub effects_completed: u64,
+    /// Effects created in the period that are now failed, retryable or not.
     pub effects_failed: u64,
+    /// Effects created in the period whose outcome is unknown (a lease passed with no outcome and
+    /// `expire_leases` recorded it).
     pub effects_unknown: u64,
     /// Key matches whose discriminants differed (the quarantines).
     pub collisions: u64,
@@ -45,6 +56,21 @@ pub struct ReportCounts {
 
 impl ReportCounts {
     /// Recomputes the gap from the other figures.
+    ///
+    /// ```
+    /// use oncegate_store::ReportCounts;
+    ///
+    /// let counts = ReportCounts {
+    ///     received: 5,
+    ///     processed: 2,
+    ///     ignored_transport: 1,
+    ///     quarantined: 1,
+    ///     ..ReportCounts::default()
+    /// }
+    /// .with_gap();
+    /// // One delivery has no documented outcome.
+    /// assert_eq!(counts.unexplained_gap, 1);
+    /// ```
     pub fn with_gap(mut self) -> Self {
         let explained = self.rejected
             + self.processed
@@ -76,21 +102,30 @@ impl ReportCounts {
     }
 }
 
+/// The counts of one group: a tenant, provider, environment and event type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportRow {
+    /// The tenant of the group.
     pub tenant: String,
+    /// The provider of the group.
     pub provider: String,
+    /// The environment of the group (`live`, `test`…).
     pub env: String,
     /// `None` for deliveries rejected before their type was known.
     pub event_type: Option<String>,
+    /// What the group's deliveries became, with its own unexplained gap.
     pub counts: ReportCounts,
 }
 
+/// The report: every group with activity since `since`, and their sum.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
+    /// The start of the period (inclusive): deliveries received, items queued and effects created
+    /// at or after it are counted.
     pub since: OffsetDateTime,
     /// Sorted by tenant, provider, env, type.
     pub rows: Vec<ReportRow>,
+    /// The sum of every row (its gap is the sum of theirs).
     pub total: ReportCounts,
 }
 

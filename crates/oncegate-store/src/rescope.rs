@@ -24,11 +24,15 @@ use crate::sql::{int, text, Tx};
 /// its operation and use it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperationScope {
+    /// The provider whose types share the operation.
     pub provider: String,
     /// Every type of the provider whose hierarchy has this strategy for this operation.
     pub event_types: Vec<String>,
+    /// The operation-scoped strategy's name.
     pub strategy: String,
+    /// The strategy's version (a key is only ever moved within its own name and version).
     pub version: u32,
+    /// The operation the types declare (`capture`…): the scope the keys move to.
     pub operation: String,
 }
 

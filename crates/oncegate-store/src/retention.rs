@@ -27,7 +27,9 @@ pub struct PurgeCounts {
     pub index_entries: u64,
     /// Raw bodies set to NULL.
     pub payloads: u64,
+    /// Proofs deleted (past the proof retention).
     pub proofs: u64,
+    /// Delivery rows deleted with their proofs.
     pub deliveries: u64,
     /// Non-durable effects left with no delivery, and no reservation in flight.
     pub effects: u64,

@@ -291,6 +291,7 @@ async fn resolve_waiting<T: Tx + Send>(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verified {
     /// The effect ran; its result (JSON text) is recorded as the effect's result.
+    #[allow(missing_docs)] // the variant's doc says what `result` holds
     Applied { result: String },
     /// The effect did not run: it is released as claimable work under the next fencing token,
     /// so the holder whose lease expired stays refused.

@@ -43,55 +43,80 @@ CREATE INDEX IF NOT EXISTS shadow_disagreements_at ON shadow_disagreements (at);
 /// One delivery seen by one shadow strategy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShadowObservation {
+    /// The tenant the delivery was posted for.
     pub tenant: String,
+    /// The delivery's provider.
     pub provider: String,
+    /// The delivery's environment (`live`, `test`…).
     pub env: String,
+    /// The delivery's event type (a shadow only runs on an identified delivery).
     pub event_type: String,
+    /// The shadow strategy's name, as the contract spells it.
     pub strategy: String,
+    /// The shadow strategy's version; its keys never meet another version's.
     pub version: u32,
     /// The shadow's key value as the core made it.
     pub key: String,
     /// The event type, or the operation several types share (as for an effect key).
     pub scope: crate::decision::KeyScope,
+    /// The delivery being observed: recorded as the key's first when nothing live holds it.
     pub delivery: DeliveryId,
     /// Field → canonical (masked) value.
     pub discriminants: BTreeMap<String, String>,
     /// `None` for a durable type (the index never forgets).
     pub expires_at: Option<OffsetDateTime>,
+    /// The observation's time: a prior entry counts only while its expiry is after it.
     pub now: OffsetDateTime,
 }
 
 /// What the shadow index held for a key before this delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShadowPrior {
+    /// The delivery that first made the shadow key (inside its horizon).
     pub first_delivery: DeliveryId,
+    /// That delivery's discriminants (field → canonical, masked value), to compare with.
     pub discriminants: BTreeMap<String, String>,
 }
 
 /// A shadow that would have decided otherwise than the decision taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShadowDisagreement {
+    /// The delivery the shadow disagreed on; one record per delivery and shadow.
     pub delivery: DeliveryId,
+    /// The delivery's tenant.
     pub tenant: String,
+    /// The delivery's provider.
     pub provider: String,
+    /// The delivery's environment (`live`, `test`…).
     pub env: String,
+    /// The delivery's event type.
     pub event_type: String,
+    /// The shadow strategy's name.
     pub strategy: String,
+    /// The shadow strategy's version.
     pub version: u32,
+    /// What the shadow would have done, as the core's `Action::as_str` spells it (`ignore`…).
     pub shadow_action: String,
+    /// What the active strategy's decision actually did, spelled the same way.
     pub actual_action: String,
+    /// When the delivery was decided.
     pub at: OffsetDateTime,
 }
 
 /// Disagreements per provider/env/type/strategy since an instant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShadowCount {
+    /// The tenant of the group.
     pub tenant: String,
+    /// The provider of the group.
     pub provider: String,
+    /// The environment of the group (`live`, `test`…).
     pub env: String,
+    /// The event type of the group.
     pub event_type: String,
     /// `name@version`.
     pub strategy: String,
+    /// How many deliveries of the group the shadow disagreed on since the instant asked.
     pub disagreements: u64,
 }
 

@@ -54,7 +54,25 @@ pub fn with_database(admin: &str, name: &str) -> String {
 static CREATED: AtomicU32 = AtomicU32::new(0);
 
 /// One database for one test: a URL any number of stores can be opened on.
+///
+/// ```
+/// use oncegate_store::testing::TestDatabase;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), oncegate_store::StoreError> {
+/// let db = TestDatabase::sqlite();
+/// assert!(db.url.starts_with("sqlite://"));
+/// let store = oncegate_store::open(&db.url).await?;
+/// store.ping().await?;
+/// // The file lives in the database's own directory, removed with it.
+/// assert!(db.dir().expect("a SQLite directory").join("oncegate.db").exists());
+/// db.cleanup().await;
+/// # Ok(())
+/// # }
+/// ```
 pub struct TestDatabase {
+    /// What to pass to [`open`](crate::open): `sqlite://<dir>/oncegate.db`, or the new
+    /// PostgreSQL database's URL on the admin server, with the admin URL's options.
     pub url: String,
     dir: Option<TempDir>,
     /// `(admin URL, database name)` for PostgreSQL.

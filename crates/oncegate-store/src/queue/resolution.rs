@@ -25,6 +25,8 @@ pub enum ResolutionOutcome {
 }
 
 impl ResolutionOutcome {
+    /// The word stored as the item's `resolution_outcome` and spelled by the API:
+    /// `"distinct"` or `"duplicate"`.
     pub fn as_str(self) -> &'static str {
         match self {
             ResolutionOutcome::Distinct => "distinct",
@@ -32,6 +34,15 @@ impl ResolutionOutcome {
         }
     }
 
+    /// The outcome [`as_str`](Self::as_str) spells, or `None` for any other word.
+    ///
+    /// ```
+    /// use oncegate_store::ResolutionOutcome;
+    ///
+    /// assert_eq!(ResolutionOutcome::parse("distinct"), Some(ResolutionOutcome::Distinct));
+    /// assert_eq!(ResolutionOutcome::Duplicate.as_str(), "duplicate");
+    /// assert_eq!(ResolutionOutcome::parse("same"), None);
+    /// ```
     pub fn parse(s: &str) -> Option<ResolutionOutcome> {
         [ResolutionOutcome::Distinct, ResolutionOutcome::Duplicate]
             .into_iter()
@@ -42,18 +53,22 @@ impl ResolutionOutcome {
 /// What a reconciler or a person decided about a queue item.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolution {
+    /// Whether the item is another operation or the existing one again.
     pub outcome: ResolutionOutcome,
     /// The provider's own reference of the operation, when the authority gave one.
     pub authoritative_ref: Option<String>,
+    /// Why, in the decider's words (kept on the item; may be empty).
     pub note: String,
     /// Who decided: an operator name, or `reconciler` for the authority.
     pub by: String,
+    /// When it was decided (the resolution's time; also the released effect's creation time).
     pub at: OffsetDateTime,
 }
 
 /// A resolution as recorded on its item, with the effect it produced or linked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolutionRecord {
+    /// The verdict as given.
     pub resolution: Resolution,
     /// The released effect (distinct) or the existing effect it was linked to (duplicate).
     pub effect: Option<EffectId>,
