@@ -1,0 +1,80 @@
+//! The gate's upkeep on a real SQLite store: while its handle lives, an abandoned reservation
+//! is turned `unknown` by the lease sweep; once the handle is dropped, nothing sweeps any more.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use oncegate::{Gate, GateConfig, Outcome, Reception, ReconcilerSettings, UpkeepSettings};
+use oncegate_core::ids::EffectId;
+use oncegate_store::testing::TestDatabase;
+use oncegate_store::EffectState;
+
+fn refund(reference: &str) -> Reception {
+    let body = format!(
+        r#"{{"type":"refund.created","sent_at":"2026-03-05T16:02:11Z","attempt":1,"data":{{"payment_id":"pay_1","request_ref":"{reference}","amount":1500,"currency":"EUR"}}}}"#
+    );
+    Reception::new("acme", "payflow", "live", body.into_bytes())
+}
+
+/// Delivers a new refund and abandons its reservation (the holder never reports).
+async fn abandoned(gate: &Gate, reference: &str) -> EffectId {
+    match gate.deliver(refund(reference)).await.unwrap() {
+        Outcome::Process(held) => held.effect().clone(),
+        other => panic!("a new refund runs, not {:?}", other.action()),
+    }
+}
+
+async fn state(gate: &Gate, effect: &EffectId) -> EffectState {
+    gate.store().effect(effect).await.unwrap().unwrap().state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_runs_while_the_upkeep_lives_and_stops_when_it_is_dropped() {
+    let db = TestDatabase::sqlite();
+    let store = oncegate_store::open(&db.url).await.unwrap();
+    let contract = oncegate_core::contract::parse(
+        "examples/oncegate.toml",
+        include_str!("../../../examples/oncegate.toml"),
+    )
+    .unwrap();
+    let mut config = GateConfig::new(Arc::new(contract), store, b"salt".to_vec());
+    config.lease = Some(Duration::from_secs(1));
+    let gate = Gate::new(config);
+    let settings = UpkeepSettings {
+        lease_sweep: true,
+        purge_every: None,
+        reconciler: ReconcilerSettings {
+            every: None,
+            ..ReconcilerSettings::default()
+        },
+        ca_file: None,
+    };
+
+    let upkeep = gate.upkeep(settings).unwrap();
+    let first = abandoned(&gate, "RR-1").await;
+    assert_eq!(state(&gate, &first).await, EffectState::Reserved);
+    // The sweep runs every second (half the lease, at least 1 s): the lease passes after 1 s.
+    let mut swept = false;
+    for _ in 0..100 {
+        if state(&gate, &first).await == EffectState::Unknown {
+            swept = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        swept,
+        "the living upkeep turns an abandoned reservation unknown"
+    );
+
+    drop(upkeep);
+    let second = abandoned(&gate, "RR-2").await;
+    // Well past the lease and two sweep periods: no task is left to sweep it.
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    assert_eq!(
+        state(&gate, &second).await,
+        EffectState::Reserved,
+        "a dropped upkeep sweeps nothing"
+    );
+    db.cleanup().await;
+}
