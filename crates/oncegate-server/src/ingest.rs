@@ -143,6 +143,7 @@ pub(crate) async fn post_delivery(
 
 /// The answer to an outcome: a decision body, or the refusal's error.
 pub(crate) fn answer(state: &AppState, outcome: Outcome) -> Result<DecisionBody, ApiError> {
+    let mut body = decision_body(outcome.proof());
     match outcome {
         Outcome::Rejected(r) => Err(ApiError::refused(&r.refusal, &r.proof.delivery)),
         Outcome::Process(held) => {
@@ -151,11 +152,10 @@ pub(crate) fn answer(state: &AppState, outcome: Outcome) -> Result<DecisionBody,
                 fencing: held.fencing(),
                 lease_expires_at: held.lease_until().unwrap_or_else(|| state.now()),
             };
-            let mut body = decision_body(held.proof());
             body.reservation = Some(reservation);
             Ok(body)
         }
-        other => Ok(decision_body(other.proof())),
+        _ => Ok(body),
     }
 }
 

@@ -200,6 +200,10 @@ where
         Ok(()) => gate.deliver(reception).await,
         Err(refusal) => gate.refuse(reception, refusal).await,
     };
+    let delivery = match &outcome {
+        Ok(o) => Some(o.proof().delivery.clone()),
+        Err(_) => None,
+    };
     let held = match outcome {
         Err(e) => return ApiError::from(e).into_response(),
         Ok(Outcome::Rejected(r)) => {
@@ -219,7 +223,7 @@ where
     let effect = Effect {
         id: held.effect().clone(),
         fencing: held.fencing(),
-        delivery: held.proof().delivery.clone(),
+        delivery: delivery.expect("a decided outcome names its delivery"),
     };
     req.extensions_mut().insert(effect);
     run(gate, held, inner, req).await

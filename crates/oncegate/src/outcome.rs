@@ -50,7 +50,10 @@ impl Outcome {
     /// The proof of the decision.
     pub fn proof(&self) -> &Proof {
         match self {
-            Outcome::Process(held) => held.proof(),
+            Outcome::Process(held) => held
+                .proof
+                .as_ref()
+                .expect("a reservation out of a decision carries its proof"),
             Outcome::Ignore(p) | Outcome::Quarantine(p) | Outcome::Reconcile(p) => p,
             Outcome::Rejected(r) => &r.proof,
         }
@@ -195,18 +198,9 @@ impl Held {
         self.lease_until
     }
 
-    /// The proof of the `process` decision.
-    ///
-    /// # Panics
-    /// On a reservation rebuilt with [`Gate::held`], which has none: use [`Held::decided`].
-    pub fn proof(&self) -> &Proof {
-        self.proof
-            .as_ref()
-            .expect("a reservation rebuilt from a token carries no proof")
-    }
-
-    /// The proof, when this reservation came out of a decision.
-    pub fn decided(&self) -> Option<&Proof> {
+    /// The proof of the `process` decision this reservation came out of (`None` for one
+    /// rebuilt from a token with [`Gate::held`]).
+    pub fn proof(&self) -> Option<&Proof> {
         self.proof.as_ref()
     }
 
