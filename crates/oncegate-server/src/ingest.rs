@@ -21,6 +21,7 @@ use sha2::{Digest, Sha256};
 use crate::auth::{Caller, Role};
 use crate::deadline;
 use crate::error::ApiError;
+use crate::secrets::ProviderSecrets;
 use crate::signature::SignatureError;
 use crate::state::AppState;
 use crate::wire::{self, DecisionBody, EffectBody, ReservationBody, StrategyBody};
@@ -227,26 +228,44 @@ pub(crate) fn authenticate(
         }
         Ok(None) => {}
     }
-    let Some(signature) = provider.and_then(|p| p.signature.as_ref()) else {
+    if provider.and_then(|p| p.signature.as_ref()).is_none() {
         return Err(unauthorized(
             RefusalKind::Unauthorized,
             "the delivery carries no bearer token and the provider has no signature scheme in the contract".to_owned(),
         ));
+    }
+    verify_signature(&state.secrets, provider, headers, r, state.now())?;
+    Ok(Caller::provider(r.tenant(), r.provider()))
+}
+
+/// Checks the provider's own signature over the body with its secrets (any one that
+/// verifies), refusing with `bad_signature` and a reason that names headers, never a MAC or a
+/// secret; a provider without a scheme in the contract is `unauthorized`.
+pub(crate) fn verify_signature(
+    secrets: &ProviderSecrets,
+    provider: Option<&Provider>,
+    headers: &HeaderMap,
+    r: &Reception,
+    now: time::OffsetDateTime,
+) -> Result<(), Refusal> {
+    let Some(signature) = provider.and_then(|p| p.signature.as_ref()) else {
+        return Err(Refusal::new(
+            RefusalKind::Unauthorized,
+            "the provider has no signature scheme in the contract",
+        ));
     };
-    state
-        .secrets
+    secrets
         .verify(
             r.provider(),
             &signature.scheme,
             headers,
             r.body().bytes(),
-            r.received_at_or(state.now()),
+            r.received_at_or(now),
         )
         .map_err(|e| match e {
-            SignatureError::NotConfigured => unauthorized(RefusalKind::BadSignature, e.to_string()),
-            e => unauthorized(RefusalKind::BadSignature, format!("bad signature: {e}")),
-        })?;
-    Ok(Caller::provider(r.tenant(), r.provider()))
+            SignatureError::NotConfigured => Refusal::new(RefusalKind::BadSignature, e.to_string()),
+            e => Refusal::new(RefusalKind::BadSignature, format!("bad signature: {e}")),
+        })
 }
 
 fn lowercase_first(sentence: &str) -> String {

@@ -62,7 +62,6 @@ use tower::ServiceExt;
 use crate::error::{ApiError, Problem};
 use crate::ingest;
 use crate::secrets::ProviderSecrets;
-use crate::signature::SignatureError;
 
 /// The effect a handler runs, as a request extension (`Extension<Effect>` in axum).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -239,29 +238,14 @@ fn authenticate(
         return Ok(());
     }
     let gate = &config.gate;
-    let Some(signature) = gate
-        .contract()
-        .provider(r.provider())
-        .and_then(|p| p.signature.as_ref())
-    else {
+    let provider = gate.contract().provider(r.provider());
+    if provider.and_then(|p| p.signature.as_ref()).is_none() {
         return Err(Refusal::new(
             RefusalKind::Unauthorized,
             "the provider has no signature scheme in the contract and the layer is not marked trusted",
         ));
-    };
-    config
-        .secrets
-        .verify(
-            r.provider(),
-            &signature.scheme,
-            headers,
-            r.body().bytes(),
-            r.received_at_or(gate.now()),
-        )
-        .map_err(|e| match e {
-            SignatureError::NotConfigured => Refusal::new(RefusalKind::BadSignature, e.to_string()),
-            e => Refusal::new(RefusalKind::BadSignature, format!("bad signature: {e}")),
-        })
+    }
+    ingest::verify_signature(&config.secrets, provider, headers, r, gate.now())
 }
 
 /// Runs the handler under its reservation (renewing the lease while it runs) and records its

@@ -153,6 +153,27 @@ struct Run<'a> {
     settled: std::sync::Mutex<std::collections::HashSet<QueueItemId>>,
 }
 
+impl<'a> Run<'a> {
+    /// A run at the gate's time; `worker` is the retry backoff of the service's worker, which
+    /// also counts its attempts in the gate's metrics (`None`: an explicit run, every item).
+    fn new(
+        gate: &'a Gate,
+        client: &'a AuthorityClient,
+        worker: Option<(Duration, Duration)>,
+    ) -> Run<'a> {
+        Run {
+            contract: gate.contract(),
+            store: gate.store().as_ref(),
+            salt: gate.salt(),
+            now: gate.now(),
+            client,
+            metrics: worker.map(|_| &gate.metrics().reconcile),
+            retry: worker,
+            settled: Default::default(),
+        }
+    }
+}
+
 /// One reconciliation pass over the open items, then the invisible-losses sweep, with the
 /// gate's contract, store, salt and clock: what `oncegate reconcile --once` runs. Every CA
 /// file the authorities need (`ca_file` for all, each authority's own) is read first.
@@ -162,16 +183,8 @@ pub async fn reconcile_once(
     ca_file: Option<&std::path::Path>,
 ) -> Result<RunReport, ReconcileError> {
     let client = AuthorityClient::new(policy, gate.contract(), ca_file)?;
-    let run = Run {
-        contract: gate.contract(),
-        store: gate.store().as_ref(),
-        salt: gate.salt(),
-        now: gate.now(),
-        client: &client,
-        metrics: None,
-        retry: None,
-        settled: Default::default(),
-    };
+    // An explicit run attempts every open item and counts nothing (the worker counts).
+    let run = Run::new(gate, &client, None);
     let items = run.items().await?;
     let sweep = run.sweep().await?;
     Ok(RunReport { items, sweep })
@@ -192,16 +205,11 @@ pub(crate) async fn run_forever(gate: Gate, settings: ReconcilerSettings, client
             _ = tick.tick() => {}
             _ = gate.wake().notified() => {}
         }
-        let run = Run {
-            contract: gate.contract(),
-            store: gate.store().as_ref(),
-            salt: gate.salt(),
-            now: gate.now(),
-            client: &client,
-            metrics: Some(&gate.metrics().reconcile),
-            retry: Some((settings.retry_base, settings.retry_cap)),
-            settled: Default::default(),
-        };
+        let run = Run::new(
+            &gate,
+            &client,
+            Some((settings.retry_base, settings.retry_cap)),
+        );
         if let Err(e) = run.items().await {
             tracing::debug!(error = %e, "reconciliation skipped");
             continue;
