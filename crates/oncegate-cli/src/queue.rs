@@ -99,11 +99,19 @@ pub async fn list_doc(store: &dyn Store, a: ListArgs<'_>) -> Result<impl serde::
 
 pub async fn list(store: &dyn Store, a: ListArgs<'_>) -> Result<String> {
     let (page, now) = page(store, a).await?;
-    let counts = format!(
+    let mut counts = format!(
         "quarantine: {}; reconcile: {}\n",
         counts_text(page.counts.quarantine),
         counts_text(page.counts.reconcile)
     );
+    // Gateway mode's dead letters wait beside the queue, re-sendable.
+    let dead = store.forward_counts().await?.dead;
+    if dead > 0 {
+        counts.push_str(&format!(
+            "dead letters: {dead} forward{} ran out of attempts (oncegate forward list --state dead; oncegate forward resend EFFECT_ID)\n",
+            if dead == 1 { "" } else { "s" }
+        ));
+    }
     if page.items.is_empty() {
         return Ok(format!(
             "the queue has no item matching this filter\n{counts}"

@@ -639,6 +639,20 @@ impl<'a> Checker<'a> {
         });
     }
 
+    /// A warning at `at`: `file:line: provider "p", type "t": text`.
+    fn warn(&mut self, at: At<'_>, text: impl fmt::Display) {
+        let mut w = format!(
+            "{}:{}: provider {:?}",
+            self.file,
+            at.line.unwrap_or(0),
+            at.provider.unwrap_or("")
+        );
+        if let Some(t) = at.event_type {
+            w.push_str(&format!(", type {t:?}"));
+        }
+        self.warnings.push(format!("{w}: {text}"));
+    }
+
     fn pointer(&mut self, at: At<'_>, field: &str, text: &str) -> Option<Pointer> {
         match Pointer::parse(text) {
             Ok(p) => Some(p),
@@ -1463,12 +1477,8 @@ fn authority(
     }
     if let Some(rest) = raw.url.strip_prefix("http://") {
         if !is_loopback(rest) {
-            c.warnings.push(format!(
-                "{}:{}: provider {:?}, type {:?}: the authority {} is plain http:// on a host that is not loopback: its answers and its auth header travel unencrypted and unauthenticated; use https://",
-                c.file,
-                at.line.unwrap_or(0),
-                at.provider.unwrap_or(""),
-                at.event_type.unwrap_or(""),
+            c.warn(at, format!(
+                "the authority {} is plain http:// on a host that is not loopback: its answers and its auth header travel unencrypted and unauthenticated; use https://",
                 raw.url
             ));
         }

@@ -89,12 +89,8 @@ pub(super) fn forward(c: &mut Checker<'_>, at: At<'_>, raw: RawForward) -> Optio
     }
     if let Some(rest) = url.strip_prefix("http://") {
         if !is_loopback(rest) {
-            c.warnings.push(format!(
-                "{}:{}: provider {:?}: the forward endpoint {} is plain http:// on a host that is not loopback: the payloads travel in clear, so use https://",
-                c.file,
-                at.line.unwrap_or(0),
-                at.provider.unwrap_or(""),
-                url
+            c.warn(at, format!(
+                "the forward endpoint {url} is plain http:// on a host that is not loopback: the payloads travel in clear, so use https://"
             ));
         }
     }
@@ -139,12 +135,8 @@ pub(super) fn forward(c: &mut Checker<'_>, at: At<'_>, raw: RawForward) -> Optio
     };
     let signing_secret = match (raw.signing_secret_env, raw.signing_secret_file) {
         (None, None) => {
-            c.warnings.push(format!(
-                "{}:{}: provider {:?}: the forward to {} is not signed (no signing_secret_env or signing_secret_file): the endpoint cannot tell oncegate from anyone else",
-                c.file,
-                at.line.unwrap_or(0),
-                at.provider.unwrap_or(""),
-                url
+            c.warn(at, format!(
+                "the forward to {url} is not signed (no signing_secret_env or signing_secret_file): the endpoint cannot tell oncegate from anyone else"
             ));
             None
         }
