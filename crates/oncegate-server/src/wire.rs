@@ -294,6 +294,9 @@ pub(crate) struct QueueListBody {
 pub(crate) struct QueueCountsBody {
     pub quarantine: StatusCountsBody,
     pub reconcile: StatusCountsBody,
+    /// Gateway mode's dead letters under the token's tenants (forwards whose attempts ran
+    /// out), listed and re-sent through `/v1/forwards`.
+    pub dead_letters: u64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -684,14 +684,18 @@ pub(crate) async fn attempts<T: Tx + Send>(
         .collect()
 }
 
-/// The forwards still needing attention, by state (the backlog gauge, dead letters).
-pub(crate) async fn counts<T: Tx + Send>(tx: &mut T) -> Result<ForwardCounts> {
-    let rows = tx
-        .query(
-            "SELECT state, COUNT(*) FROM forwards WHERE state IN ('pending', 'sending', 'dead') GROUP BY state",
-            &[],
-        )
-        .await?;
+/// The forwards of the tenants `tenants` admits still needing attention, by state (the
+/// backlog gauge, the dead letters beside the queue).
+pub(crate) async fn counts<T: Tx + Send>(
+    tx: &mut T,
+    tenants: &TenantFilter,
+) -> Result<ForwardCounts> {
+    let mut q = Query::new(
+        "SELECT state, COUNT(*) FROM forwards WHERE state IN ('pending', 'sending', 'dead')",
+    );
+    q.tenants("tenant", tenants);
+    q.push(" GROUP BY state");
+    let rows = tx.query(&q.sql, &q.params).await?;
     let mut c = ForwardCounts::default();
     for r in &rows {
         let n = r.int(1)?.max(0) as u64;

@@ -437,8 +437,8 @@ pub trait Store: Send + Sync {
     /// Every forward attempt of one effect, in order.
     async fn forward_attempts(&self, effect: &EffectId) -> Result<Vec<ForwardAttempt>, StoreError>;
 
-    /// Forwards pending, sending and dead.
-    async fn forward_counts(&self) -> Result<ForwardCounts, StoreError>;
+    /// Forwards pending, sending and dead, of the tenants the filter admits.
+    async fn forward_counts(&self, tenants: &TenantFilter) -> Result<ForwardCounts, StoreError>;
 }
 
 /// Opens the store a URL names and applies the embedded migrations: `postgres://…` or

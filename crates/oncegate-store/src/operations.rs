@@ -98,7 +98,8 @@ macro_rules! store_impl {
                 -> Option<ForwardRecord> = forward::claim(types, lease, now);
             read forward_attempts(effect: &EffectId) -> Vec<ForwardAttempt>
                 = forward::attempts(effect);
-            read forward_counts() -> ForwardCounts = forward::counts();
+            read forward_counts(tenants: &TenantFilter) -> ForwardCounts
+                = forward::counts(tenants);
         }
     };
     (@list $backend:ty, $run:ident, { $($own:tt)* },

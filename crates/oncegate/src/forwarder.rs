@@ -149,7 +149,10 @@ impl ForwardMetrics {
 
     /// Reads the backlog from the store (at each scrape).
     pub(crate) async fn refresh(&self, store: &dyn oncegate_store::Store) {
-        if let Ok(c) = store.forward_counts().await {
+        if let Ok(c) = store
+            .forward_counts(&oncegate_store::TenantFilter::All)
+            .await
+        {
             for (state, n) in [
                 ("pending", c.pending),
                 ("sending", c.sending),

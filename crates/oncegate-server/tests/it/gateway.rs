@@ -100,6 +100,10 @@ pub async fn a_forwarded_delivery_is_answered_without_a_token_and_its_dead_lette
         beta.body["forwards"].as_array().unwrap().is_empty(),
         "another tenant's"
     );
+    let queue = s.get("/v1/queue", Some(OPERATOR)).await;
+    assert_eq!(queue.body["counts"]["dead_letters"], 1, "{}", queue.text);
+    let queue = s.get("/v1/queue", Some(OPERATOR_BETA)).await;
+    assert_eq!(queue.body["counts"]["dead_letters"], 0, "{}", queue.text);
     let bad = s.get("/v1/forwards?state=lost", Some(OPERATOR)).await;
     assert_eq!((bad.status, bad.error_code()), (400, "invalid_request"));
     assert!(bad.text.contains("lost"), "{}", bad.text);

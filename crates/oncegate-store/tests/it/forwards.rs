@@ -254,7 +254,10 @@ pub async fn attempts_run_one_at_a_time_and_a_2xx_completes(b: &Backend) {
     );
     assert_eq!(log[0].started_at, t0());
     assert_eq!(log[0].latency_ms, Some(12));
-    assert_eq!(store.forward_counts().await.unwrap(), Default::default());
+    assert_eq!(
+        store.forward_counts(&TenantFilter::All).await.unwrap(),
+        Default::default()
+    );
     let listed = store
         .forwards(&ForwardFilter {
             tenants: TenantFilter::Only(vec!["other".into()]),
@@ -454,7 +457,16 @@ pub async fn a_dead_letter_is_resent_with_a_fresh_series(b: &Backend) {
     );
     let e = store.effect(&effect).await.unwrap().unwrap();
     assert_eq!(e.state, EffectState::Failed { retryable: false });
-    assert_eq!(store.forward_counts().await.unwrap().dead, 1);
+    assert_eq!(
+        store.forward_counts(&TenantFilter::All).await.unwrap().dead,
+        1
+    );
+    let other = TenantFilter::Only(vec!["other".into()]);
+    assert_eq!(
+        store.forward_counts(&other).await.unwrap().dead,
+        0,
+        "per tenant"
+    );
     let listed = store
         .forwards(&ForwardFilter {
             state: Some(ForwardState::Dead),

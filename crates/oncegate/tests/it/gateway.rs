@@ -8,9 +8,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::Router;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
@@ -115,9 +115,31 @@ async fn hook(
     (StatusCode::from_u16(r.status).unwrap(), r.body.to_owned())
 }
 
+/// The consumer's verification API: the effect was applied when its forward arrived.
+async fn verify(
+    State(script): State<Arc<Mutex<Script>>>,
+    Path(effect): Path<String>,
+) -> (StatusCode, String) {
+    let applied = script
+        .lock()
+        .unwrap()
+        .hits
+        .iter()
+        .any(|h| h.effect_id == effect);
+    let body = if applied {
+        r#"{"applied":true,"result":{"payout":"po_verified"}}"#
+    } else {
+        r#"{"applied":false}"#
+    };
+    (StatusCode::OK, body.to_owned())
+}
+
 /// Serves the destination on `listener`.
 fn serve(listener: tokio::net::TcpListener, script: Arc<Mutex<Script>>) {
-    let app = Router::new().route("/hooks", post(hook)).with_state(script);
+    let app = Router::new()
+        .route("/hooks", post(hook))
+        .route("/effects/{effect_id}", get(verify))
+        .with_state(script);
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
@@ -135,6 +157,7 @@ async fn destination() -> Destination {
 /// note, each keyed by its reference.
 fn contract(url: &str, timeout: &str, max_attempts: u32) -> oncegate_core::contract::Contract {
     std::env::set_var(SECRET_ENV, SECRET);
+    let verify_url = url.trim_end_matches("/hooks");
     let text = format!(
         r#"
 [providers.hooks]
@@ -155,6 +178,18 @@ volatile = [{{ field = "/attempt", why = "the provider's retry counter" }}]
 
   [[providers.hooks.types."refund.created".strategies]]
   name = "refund-ref"
+  version = 1
+  level = "business_ref"
+  fields = ["/data/payment_id", "/data/ref"]
+
+[providers.hooks.types."payout.sent"]
+criticality = "critical"
+resource = "/data/payment_id"
+volatile = [{{ field = "/attempt", why = "the provider's retry counter" }}]
+verify = {{ url = "{verify_url}/effects/{{effect_id}}" }}
+
+  [[providers.hooks.types."payout.sent".strategies]]
+  name = "payout-ref"
   version = 1
   level = "business_ref"
   fields = ["/data/payment_id", "/data/ref"]
@@ -378,14 +413,16 @@ pub async fn a_crash_mid_attempt_verifies_a_critical_effect_and_resends_a_revers
         body: "{}",
     };
     d.then(hang.clone());
+    d.then(hang.clone());
     d.then(hang);
     let contract = contract(&d.url, "2s", 8);
     let first = gate(url, &contract).await;
     let upkeep_a = upkeep(&first);
     let critical = forwarded(&first, event("refund.created", "rr-4", 1)).await;
     let reversible = forwarded(&first, event("note.added", "n-4", 1)).await;
-    until("both attempts are in flight", || async {
-        d.hits().len() == 2
+    let verified = forwarded(&first, event("payout.sent", "po-4", 1)).await;
+    until("the three attempts are in flight", || async {
+        d.hits().len() == 3
     })
     .await;
     // The instance stops between the send and the answer.
@@ -435,13 +472,20 @@ pub async fn a_crash_mid_attempt_verifies_a_critical_effect_and_resends_a_revers
             .state,
         ForwardState::Interrupted
     );
+    // A critical type with the consumer's verification API: asked, it says the forward was
+    // applied, and the effect completes with its result, never sent twice.
+    completed(&second, &verified).await;
+    let e = second.store().effect(&verified).await.unwrap().unwrap();
+    assert_eq!(e.result.as_deref(), Some(r#"{"payout":"po_verified"}"#));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let critical_hits = d
-        .hits()
-        .iter()
-        .filter(|h| h.effect_id == critical.to_string())
-        .count();
-    assert_eq!(critical_hits, 1, "the critical effect was sent once");
+    for effect in [&critical, &verified] {
+        let sent = d
+            .hits()
+            .iter()
+            .filter(|h| h.effect_id == effect.to_string())
+            .count();
+        assert_eq!(sent, 1, "a critical effect is sent once");
+    }
 }
 
 pub async fn fifty_concurrent_retries_are_forwarded_once(url: &str) {
@@ -495,7 +539,14 @@ pub async fn a_dead_letter_is_resent_and_delivered(url: &str) {
             .contains("forward dead after 2 attempts"),
         "{e:?}"
     );
-    assert_eq!(gate.store().forward_counts().await.unwrap().dead, 1);
+    assert_eq!(
+        gate.store()
+            .forward_counts(&oncegate::store::TenantFilter::All)
+            .await
+            .unwrap()
+            .dead,
+        1
+    );
 
     d.otherwise(reply(200, r#"{"at_last":true}"#));
     let f = gate
