@@ -223,17 +223,20 @@ pub(crate) async fn run_forever(gate: Gate, settings: ForwarderSettings, http: r
         let worked = pass(&gate, &types, &http, &limit, &busy, &mut inflight).await;
         let wait = match gate.store().forward_next_due().await {
             Ok(Some(at)) => {
-                let until = (at - gate.now()).max(time::Duration::ZERO);
-                Duration::try_from(until).unwrap_or(poll).min(poll)
+                let until = at - gate.now();
+                if until.is_positive() {
+                    Duration::try_from(until).unwrap_or(poll).min(poll)
+                } else if worked {
+                    // What this pass started may have left more due at once.
+                    Duration::ZERO
+                } else {
+                    // Due, yet nothing could be started: an attempt of this instance still in
+                    // flight (its end wakes the loop) or a type that left the contract. Wait
+                    // for a wake-up or the poll rather than spin.
+                    poll
+                }
             }
             _ => poll,
-        };
-        // A forward due now that nothing could start (another instance holds it) is looked at
-        // again shortly, not in a tight loop.
-        let wait = if worked {
-            wait
-        } else {
-            wait.max(Duration::from_millis(50))
         };
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
@@ -287,6 +290,12 @@ async fn pass(
                 worked |= interrupted(gate, &f).await;
             }
             ForwardState::Pending => {
+                // A type whose forward left the contract cannot be sent: it stays pending
+                // (visible in the listing) and is not counted as work, so it never spins.
+                if forward_of(gate.contract(), &f).is_none() {
+                    tracing::debug!(effect_id = %f.effect, provider = %f.provider, "a pending forward's type has no forward in the contract");
+                    continue;
+                }
                 if !busy
                     .lock()
                     .expect("busy lock")
@@ -482,6 +491,7 @@ async fn send(
     body: Vec<u8>,
 ) -> Sent {
     let msg_id = f.effect.to_string();
+    // The wall clock, not the gate's: the endpoint bounds the signed timestamp by its own.
     let timestamp = OffsetDateTime::now_utc().unix_timestamp().to_string();
     let mut request = http
         .post(&forward.url)
