@@ -560,3 +560,38 @@ pub async fn a_dead_letter_is_resent_and_delivered(url: &str) {
     let e = gate.store().effect(&effect).await.unwrap().unwrap();
     assert_eq!(e.result.as_deref(), Some(r#"{"at_last":true}"#));
 }
+
+pub async fn two_instances_on_one_store_forward_each_effect_once(url: &str) {
+    let d = destination().await;
+    d.then(reply(500, "cold start"));
+    let contract = contract(&d.url, "2s", 8);
+    let (a, b) = (gate(url, &contract).await, gate(url, &contract).await);
+    let (_upkeep_a, _upkeep_b) = (upkeep(&a), upkeep(&b));
+    let mut effects = Vec::new();
+    for n in 0..20 {
+        let via = if n % 2 == 0 { &a } else { &b };
+        effects.push(forwarded(via, event("refund.created", &format!("rr-two-{n}"), 1)).await);
+    }
+    for effect in &effects {
+        completed(&a, effect).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let hits = d.hits();
+    for effect in &effects {
+        let delivered = hits
+            .iter()
+            .filter(|h| h.effect_id == effect.to_string())
+            .count();
+        let log = a.store().forward_attempts(effect).await.unwrap();
+        // One effect got the 500 first and one retry; every other was sent once.
+        assert_eq!(delivered, log.len(), "{effect}: {log:?}");
+        assert_eq!(
+            log.iter()
+                .filter(|l| l.outcome.as_deref() == Some("delivered"))
+                .count(),
+            1,
+            "{effect}: {log:?}"
+        );
+    }
+    assert_eq!(hits.len(), 21, "20 effects and one retry");
+}

@@ -36,4 +36,5 @@ both_backends!(
     gateway::a_crash_mid_attempt_verifies_a_critical_effect_and_resends_a_reversible_one,
     gateway::fifty_concurrent_retries_are_forwarded_once,
     gateway::a_dead_letter_is_resent_and_delivered,
+    gateway::two_instances_on_one_store_forward_each_effect_once,
 );
