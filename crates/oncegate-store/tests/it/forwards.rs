@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use oncegate_core::ids::{DeliveryId, EffectId};
-use oncegate_core::matrix::{self, Action, Confidence, Criticality, Decision, Keyed, Situation};
+use oncegate_core::matrix::{Action, Confidence, Criticality};
 use oncegate_store::{
     DecideRequest, EffectKey, EffectState, ForwardEnd, ForwardFilter, ForwardNext, ForwardState,
     ForwardType, Horizon, NewForward, NewReception, QueueFilter, QueueStatus, Store, StoreError,
@@ -15,31 +15,13 @@ use oncegate_store::{
 };
 use time::{Duration, OffsetDateTime};
 
-use crate::harness::Backend;
+use crate::harness::{strong, Backend};
 
 fn t0() -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap()
 }
 
 const LEASE: Duration = Duration::seconds(30);
-
-fn matrix_for(
-    criticality: Criticality,
-) -> impl Fn(&oncegate_store::PriorView) -> Decision + Clone + Send + Sync {
-    move |view| {
-        matrix::decide(&Situation::Identified {
-            criticality,
-            authority: false,
-            breaker_open: false,
-            transport: view.transport,
-            key: Keyed {
-                confidence: Confidence::Strong,
-                prior: view.prior,
-                differences: view.differences.clone(),
-            },
-        })
-    }
-}
 
 /// A delivery decided `process`: its effect, token and delivery.
 async fn processed(
@@ -92,7 +74,7 @@ async fn processed(
                 resource: Some(format!("pay_{name}")),
                 critical,
             },
-            &matrix_for(criticality),
+            &strong(criticality),
         )
         .await
         .expect("decide");
