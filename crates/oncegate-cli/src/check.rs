@@ -36,12 +36,24 @@ struct TypeDoc {
     durable: bool,
     discriminants: Vec<String>,
     authority: bool,
+    /// Gateway mode: where its effects are forwarded, when they are.
+    forward: Option<ForwardDoc>,
     /// The hierarchy, in the order strategies are tried.
     strategies: Vec<StrategyDoc>,
     /// Shadow strategies: evaluated and counted, never making the key.
     shadow: Vec<StrategyDoc>,
     volatile: Vec<FieldNote>,
     unordered: Vec<FieldNote>,
+}
+
+#[derive(Serialize)]
+struct ForwardDoc {
+    url: String,
+    timeout_ms: u64,
+    max_attempts: u32,
+    backoff_first_ms: u64,
+    backoff_max_ms: u64,
+    signed: bool,
 }
 
 #[derive(Serialize)]
@@ -112,6 +124,14 @@ fn doc(path: &Path, contract: &Contract) -> CheckDoc {
                             .map(|d| d.as_str().to_owned())
                             .collect(),
                         authority: t.authority.is_some(),
+                        forward: t.forward.as_ref().map(|f| ForwardDoc {
+                            url: f.url.clone(),
+                            timeout_ms: f.timeout.as_millis() as u64,
+                            max_attempts: f.max_attempts,
+                            backoff_first_ms: f.backoff_first.as_millis() as u64,
+                            backoff_max_ms: f.backoff_max.as_millis() as u64,
+                            signed: f.signing_secret.is_some(),
+                        }),
                         strategies: t.strategies.iter().map(strategy).collect(),
                         shadow: t.shadow.iter().map(strategy).collect(),
                         volatile: t
@@ -174,6 +194,21 @@ pub fn run(path: &Path, json: bool) -> Result<ExitCode> {
             } else {
                 "no authority".to_owned()
             });
+            if let Some(f) = &t.forward {
+                facts.push(format!(
+                    "forwarded to {} ({} timeout, {} attempts, backoff {}..{}{})",
+                    f.url,
+                    humantime::format_duration(f.timeout),
+                    f.max_attempts,
+                    humantime::format_duration(f.backoff_first),
+                    humantime::format_duration(f.backoff_max),
+                    if f.signing_secret.is_some() {
+                        ", signed"
+                    } else {
+                        ", unsigned"
+                    }
+                ));
+            }
             outln!("  type {} ({})", t.name, facts.join("; "))?;
             let mut table = Table::new();
             table.load_preset(UTF8_BORDERS_ONLY);

@@ -29,6 +29,9 @@ pub const KEY: &str = statuses!(
 );
 pub const QUEUE_LIST: &str = statuses!("0    the page was printed (an empty page too)");
 pub const QUEUE_SHOW: &str = statuses!("0    the item was printed");
+pub const FORWARD_LIST: &str = statuses!("0    the forwards were printed (none matching too)");
+pub const FORWARD_RESEND: &str =
+    statuses!("0    the dead letter is pending again (not dead, or no forward: status 2)");
 pub const BREAKER_LIST: &str = statuses!("0    the breakers were printed, open ones too");
 pub const PURGE: &str = statuses!("0    the purge ran (or, with --dry-run, was counted)");
 pub const RECONCILE: &str = statuses!(

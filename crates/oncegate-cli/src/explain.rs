@@ -145,6 +145,39 @@ pub async fn render(store: &dyn Store, id: &str) -> Result<String> {
                     when(link.at)
                 )?;
             }
+            if let Some(f) = store.forward(effect_id).await? {
+                writeln!(
+                    w,
+                    "  forward    {} (series {}, {} attempt{} in it){}",
+                    f.state.as_str(),
+                    f.series,
+                    f.attempts,
+                    if f.attempts == 1 { "" } else { "s" },
+                    f.last_error
+                        .as_deref()
+                        .map(|e| format!(", last: {e}"))
+                        .unwrap_or_default()
+                )?;
+                for a in store.forward_attempts(effect_id).await? {
+                    writeln!(
+                        w,
+                        "  attempt    {}.{} at {} fencing {}: {}{}{}{}",
+                        a.series,
+                        a.attempt,
+                        when(a.started_at),
+                        a.fencing_token,
+                        a.outcome.as_deref().unwrap_or("in flight"),
+                        a.status.map(|s| format!(", HTTP {s}")).unwrap_or_default(),
+                        a.latency_ms
+                            .map(|l| format!(", {l} ms"))
+                            .unwrap_or_default(),
+                        a.error
+                            .as_deref()
+                            .map(|e| format!(" ({e})"))
+                            .unwrap_or_default()
+                    )?;
+                }
+            }
         }
     }
     if let Some(q) = &proof.queue_item {

@@ -13,6 +13,7 @@ mod contract;
 mod corpus;
 mod demo;
 mod explain;
+mod forward;
 mod json;
 mod key;
 mod migrate;
@@ -115,6 +116,11 @@ enum Command {
     Breaker {
         #[command(subcommand)]
         command: breaker::BreakerCommand,
+    },
+    /// Gateway mode's forwards and dead letters: `forward list|resend`.
+    Forward {
+        #[command(subcommand)]
+        command: forward::ForwardCommand,
     },
     /// Apply the contract's retention now (index past horizon, payloads, proofs; durable identities kept).
     Purge(purge::PurgeArgs),
@@ -281,6 +287,7 @@ fn main() -> ExitCode {
         }),
         Command::Queue { command } => queue::main(command).map(|()| ExitCode::SUCCESS),
         Command::Breaker { command } => breaker::main(command).map(|()| ExitCode::SUCCESS),
+        Command::Forward { command } => forward::main(command).map(|()| ExitCode::SUCCESS),
         Command::Purge(args) => purge::main(args).map(|()| ExitCode::SUCCESS),
         Command::Replay(args) => replay::main(args).map(|()| ExitCode::SUCCESS),
         Command::Reconcile(args) => reconcile::main(args).map(|()| ExitCode::SUCCESS),

@@ -11,7 +11,7 @@ use oncegate_core::ids::DeliveryId;
 use oncegate_server::parse_instant;
 use oncegate_store::{
     DeliveryItems, DeliveryRecord, QueueCursor, QueueFilter, QueueItem, QueueKind, QueuePage,
-    QueueRef, QueueStatus, Resolution, ResolutionOutcome, StatusCounts, Store,
+    QueueRef, QueueStatus, Resolution, ResolutionOutcome, StatusCounts, Store, TenantFilter,
 };
 use std::fmt::Write as _;
 
@@ -94,16 +94,25 @@ async fn page(store: &dyn Store, a: ListArgs<'_>) -> Result<(QueuePage, OffsetDa
 /// `queue list --json`: the page as `GET /v1/queue` serves it.
 pub async fn list_doc(store: &dyn Store, a: ListArgs<'_>) -> Result<impl serde::Serialize> {
     let (page, now) = page(store, a).await?;
-    Ok(oncegate_server::document::queue_page(&page, now))
+    let dead = store.forward_counts(&TenantFilter::All).await?.dead;
+    Ok(oncegate_server::document::queue_page(&page, now, dead))
 }
 
 pub async fn list(store: &dyn Store, a: ListArgs<'_>) -> Result<String> {
     let (page, now) = page(store, a).await?;
-    let counts = format!(
+    let mut counts = format!(
         "quarantine: {}; reconcile: {}\n",
         counts_text(page.counts.quarantine),
         counts_text(page.counts.reconcile)
     );
+    // Gateway mode's dead letters wait beside the queue, re-sendable.
+    let dead = store.forward_counts(&TenantFilter::All).await?.dead;
+    if dead > 0 {
+        counts.push_str(&format!(
+            "dead letters: {dead} forward{} ran out of attempts (oncegate forward list --state dead; oncegate forward resend EFFECT_ID)\n",
+            if dead == 1 { "" } else { "s" }
+        ));
+    }
     if page.items.is_empty() {
         return Ok(format!(
             "the queue has no item matching this filter\n{counts}"

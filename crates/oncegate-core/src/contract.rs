@@ -14,7 +14,9 @@ use std::fmt;
 use std::time::Duration;
 use toml::Spanned;
 
+mod forward;
 mod verify;
+pub use forward::{Forward, DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT};
 pub use verify::{Verifier, VERIFY_HOLES};
 
 /// A validated contract.
@@ -102,6 +104,10 @@ pub struct Provider {
     /// The provider's event types by name. A delivery of a type not listed here has no
     /// contract and goes to reconciliation: it is kept, never dropped.
     pub types: BTreeMap<String, EventType>,
+    /// Gateway mode (`[providers.<name>.forward]`): where the effects of its types are
+    /// forwarded, unless a type overrides it. `None` when the provider's deliveries are
+    /// answered to their caller, who runs the effect itself.
+    pub forward: Option<Forward>,
 }
 
 /// Where a delivery says what type of event it is.
@@ -347,6 +353,10 @@ pub struct EventType {
     /// The consumer's verification API (the type's own, else its provider's): asked whether
     /// an effect whose outcome became unknown ran, before anything else is done with it.
     pub verify: Option<Verifier>,
+    /// Gateway mode for this type (its own `forward` table over its provider's, field by
+    /// field): a `process` decision is answered once the effect's pending forward is durable,
+    /// and oncegate delivers it to this endpoint. `None`: the caller runs the effect.
+    pub forward: Option<Forward>,
     /// The key hierarchy (`[[…strategies]]`, at least one), in the contract's order, strongest
     /// first: the first strategy whose fields are all present makes the effect key.
     pub strategies: Vec<Strategy>,
@@ -471,6 +481,8 @@ struct RawProvider {
     signature: Option<RawSignature>,
     /// The consumer's verification API for every type of the provider (a type may override it).
     verify: Option<verify::RawVerifier>,
+    /// Gateway mode for every type of the provider (a type may override fields of it).
+    forward: Option<forward::RawForward>,
     #[serde(default)]
     types: BTreeMap<String, Spanned<RawType>>,
 }
@@ -552,6 +564,7 @@ struct RawType {
     horizon: Option<String>,
     authority: Option<RawAuthority>,
     verify: Option<verify::RawVerifier>,
+    forward: Option<forward::RawForward>,
     #[serde(default)]
     strategies: Vec<Spanned<RawStrategy>>,
     #[serde(default)]
@@ -624,6 +637,20 @@ impl<'a> Checker<'a> {
             field: (!field.is_empty()).then(|| field.to_owned()),
             message: message.into(),
         });
+    }
+
+    /// A warning at `at`: `file:line: provider "p", type "t": text`.
+    fn warn(&mut self, at: At<'_>, text: impl fmt::Display) {
+        let mut w = format!(
+            "{}:{}: provider {:?}",
+            self.file,
+            at.line.unwrap_or(0),
+            at.provider.unwrap_or("")
+        );
+        if let Some(t) = at.event_type {
+            w.push_str(&format!(", type {t:?}"));
+        }
+        self.warnings.push(format!("{w}: {text}"));
     }
 
     fn pointer(&mut self, at: At<'_>, field: &str, text: &str) -> Option<Pointer> {
@@ -922,6 +949,7 @@ fn provider(
     };
     let signature = raw.signature.and_then(|s| signature(c, at, s));
     let provider_verify = raw.verify.and_then(|v| verify::verifier(c, at, v));
+    let provider_forward = raw.forward.clone().and_then(|f| forward::forward(c, at, f));
     let mut types = BTreeMap::new();
     for (type_name, raw_type) in raw.types {
         let line = c.line_of(raw_type.span().start);
@@ -930,19 +958,23 @@ fn provider(
             provider: Some(name),
             event_type: Some(&type_name),
         };
-        if let Some(t) = event_type_def(
-            c,
-            at,
-            name,
-            &type_name,
-            raw_type.into_inner(),
-            settings,
-            labels,
-        ) {
+        let mut raw_type = raw_type.into_inner();
+        let own_forward = raw_type.forward.take();
+        let type_forward = match (own_forward, &raw.forward) {
+            (None, _) => provider_forward.clone(),
+            // The provider's table was checked above: a type whose own table cannot be
+            // completed is reported once, under the type.
+            (Some(own), base) => {
+                let merged = own.over(&base.clone().unwrap_or_default());
+                forward::forward(c, at, merged)
+            }
+        };
+        if let Some(t) = event_type_def(c, at, name, &type_name, raw_type, settings, labels) {
             let mut t = t;
             if t.verify.is_none() {
                 t.verify = provider_verify.clone();
             }
+            t.forward = type_forward;
             types.insert(type_name, t);
         }
     }
@@ -955,6 +987,7 @@ fn provider(
         delivery_id_header: raw.delivery_id_header.map(|h| h.to_ascii_lowercase()),
         signature,
         types,
+        forward: provider_forward,
     })
 }
 
@@ -1376,6 +1409,7 @@ fn event_type_def(
         horizon,
         authority,
         verify,
+        forward: None,
         strategies,
         shadow,
         line: at.line.unwrap_or(0),
@@ -1443,12 +1477,8 @@ fn authority(
     }
     if let Some(rest) = raw.url.strip_prefix("http://") {
         if !is_loopback(rest) {
-            c.warnings.push(format!(
-                "{}:{}: provider {:?}, type {:?}: the authority {} is plain http:// on a host that is not loopback: its answers and its auth header travel unencrypted and unauthenticated; use https://",
-                c.file,
-                at.line.unwrap_or(0),
-                at.provider.unwrap_or(""),
-                at.event_type.unwrap_or(""),
+            c.warn(at, format!(
+                "the authority {} is plain http:// on a host that is not loopback: its answers and its auth header travel unencrypted and unauthenticated; use https://",
                 raw.url
             ));
         }

@@ -32,9 +32,10 @@ pub fn report(report: &Report, since: OffsetDateTime) -> impl Serialize {
     routes::report::body(report, since, "*", &|_| true)
 }
 
-/// A page of the queue (every tenant), its items' ages counted at `now`.
-pub fn queue_page(page: &QueuePage, now: OffsetDateTime) -> impl Serialize {
-    routes::queue::list_body(page, now, &|_| true)
+/// A page of the queue (every tenant), its items' ages counted at `now`, beside the
+/// `dead_letters` of every tenant.
+pub fn queue_page(page: &QueuePage, now: OffsetDateTime, dead_letters: u64) -> impl Serialize {
+    routes::queue::list_body(page, now, &|_| true, dead_letters)
 }
 
 /// One queue item as a listing shows it, its age counted at `now`.

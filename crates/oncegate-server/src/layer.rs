@@ -211,7 +211,7 @@ where
         Ok(Outcome::Process(held)) => held,
         Ok(other) => {
             let status = match other {
-                Outcome::Ignore(_) => StatusCode::OK,
+                Outcome::Ignore(_) | Outcome::Forwarded(_) => StatusCode::OK,
                 _ => StatusCode::ACCEPTED,
             };
             let decision = ingest::decision_body(other.proof());

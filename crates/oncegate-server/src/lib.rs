@@ -268,6 +268,7 @@ pub async fn serve(
             purge_every: config.purge_every,
             reconciler: config.reconciler,
             ca_file: config.ca_file.clone(),
+            forwarder: oncegate::ForwarderSettings::default(),
         })
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let app = routes::router(state::AppState::with_gate(gate, config));

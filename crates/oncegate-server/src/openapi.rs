@@ -36,6 +36,8 @@ use crate::wire::ErrorBody;
         crate::routes::queue::list,
         crate::routes::queue::resolve,
         crate::routes::work::claim,
+        crate::routes::forwards::list,
+        crate::routes::forwards::resend,
         crate::routes::report::report,
         crate::routes::breakers::list,
         crate::routes::breakers::close,
@@ -49,6 +51,7 @@ use crate::wire::ErrorBody;
         (name = "queue", description = "The ambiguity queue: quarantine and reconcile items."),
         (name = "report", description = "Received versus what became of it."),
         (name = "breakers", description = "Collision breakers per strategy."),
+        (name = "forwards", description = "Gateway mode: effects forwarded to the consumer's endpoint, their attempts, dead letters and re-sends."),
         (name = "meta", description = "This document."),
     )
 )]

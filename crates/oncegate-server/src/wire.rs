@@ -158,6 +158,10 @@ pub(crate) struct ProofBody {
     pub skipped_strategies: Vec<SkippedBody>,
     pub linked_deliveries: Vec<LinkBody>,
     pub resolution: Option<ResolutionBody>,
+    /// Gateway mode: the effect's forward to the consumer's endpoint and every attempt of it
+    /// (absent when the effect is not forwarded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forward: Option<crate::routes::forwards::ForwardBody>,
     /// The decision matrix version the decision was made under (the row is `rule`).
     pub rule_version: u32,
     /// Extra: the key's scope in words, the fields used (masked when sensitive) and notes: a
@@ -290,6 +294,9 @@ pub(crate) struct QueueListBody {
 pub(crate) struct QueueCountsBody {
     pub quarantine: StatusCountsBody,
     pub reconcile: StatusCountsBody,
+    /// Gateway mode's dead letters under the token's tenants (forwards whose attempts ran
+    /// out), listed and re-sent through `/v1/forwards`.
+    pub dead_letters: u64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

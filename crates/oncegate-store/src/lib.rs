@@ -30,6 +30,7 @@ pub mod decision;
 pub mod delivery;
 pub mod effect;
 pub mod error;
+pub mod forward;
 pub mod queue;
 pub mod reconciliation;
 pub mod report;
@@ -62,6 +63,10 @@ pub use delivery::{
 };
 pub use effect::{Claim, EffectLink, EffectRecord, EffectState, LinkKind};
 pub use error::StoreError;
+pub use forward::{
+    ForwardAttempt, ForwardCounts, ForwardEnd, ForwardFilter, ForwardNext, ForwardRecord,
+    ForwardStart, ForwardState, ForwardType, NewForward,
+};
 pub use queue::{
     CursorError, DeliveryItems, Proposal, QueueCounts, QueueCursor, QueueFilter, QueueItem,
     QueueKind, QueuePage, QueueRef, QueueStatus, Resolution, ResolutionOutcome, ResolutionRecord,
@@ -369,6 +374,79 @@ pub trait Store: Send + Sync {
 
     /// Disagreements per tenant/provider/env/type/shadow since `since`.
     async fn shadow_counts(&self, since: OffsetDateTime) -> Result<Vec<ShadowCount>, StoreError>;
+
+    // Gateway mode (schema v6): see `forward`.
+
+    /// Enqueues the forward of an effect held under its token (or starts a new series when the
+    /// token is newer than the row's); false when nothing changed.
+    async fn forward_enqueue(&self, forward: &NewForward) -> Result<bool, StoreError>;
+
+    /// The forward of one effect.
+    async fn forward(&self, effect: &EffectId) -> Result<Option<ForwardRecord>, StoreError>;
+
+    /// Forwards matching the filter, most recently changed first.
+    async fn forwards(&self, filter: &ForwardFilter) -> Result<Vec<ForwardRecord>, StoreError>;
+
+    /// Pending forwards due by `now` and attempts in flight past their deadline.
+    async fn forwards_due(
+        &self,
+        now: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<ForwardRecord>, StoreError>;
+
+    /// When the next forward falls due (or the next attempt in flight reaches its deadline).
+    async fn forward_next_due(&self) -> Result<Option<OffsetDateTime>, StoreError>;
+
+    /// Starts the next attempt of a due, pending forward under `token` and extends the effect's
+    /// lease to `deadline`, atomically; `None` when it is not (or no longer) this caller's.
+    async fn forward_start(
+        &self,
+        effect: &EffectId,
+        token: u64,
+        now: OffsetDateTime,
+        deadline: OffsetDateTime,
+    ) -> Result<Option<ForwardStart>, StoreError>;
+
+    /// Records how an attempt ended and what follows (completed, retried later, dead letter),
+    /// under the token it was sent with; a stale answer changes nothing but the log.
+    async fn forward_finish(
+        &self,
+        effect: &EffectId,
+        token: u64,
+        series: u64,
+        attempt: u64,
+        end: &ForwardEnd,
+    ) -> Result<ForwardState, StoreError>;
+
+    /// Marks an attempt in flight past its deadline as interrupted (its outcome unknown).
+    async fn forward_interrupt(
+        &self,
+        effect: &EffectId,
+        token: u64,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError>;
+
+    /// Re-sends a dead letter: the effect reserved again under the next token, a fresh series.
+    async fn forward_resend(
+        &self,
+        effect: &EffectId,
+        lease: Duration,
+        now: OffsetDateTime,
+    ) -> Result<ForwardRecord, StoreError>;
+
+    /// Claims the oldest released effect of a forward type and enqueues its forward.
+    async fn forward_claim(
+        &self,
+        types: &[ForwardType],
+        lease: Duration,
+        now: OffsetDateTime,
+    ) -> Result<Option<ForwardRecord>, StoreError>;
+
+    /// Every forward attempt of one effect, in order.
+    async fn forward_attempts(&self, effect: &EffectId) -> Result<Vec<ForwardAttempt>, StoreError>;
+
+    /// Forwards pending, sending and dead, of the tenants the filter admits.
+    async fn forward_counts(&self, tenants: &TenantFilter) -> Result<ForwardCounts, StoreError>;
 }
 
 /// Opens the store a URL names and applies the embedded migrations: `postgres://…` or

@@ -78,6 +78,28 @@ macro_rules! store_impl {
             write shadow_disagreement(d: &ShadowDisagreement) -> ()
                 = shadow::record_disagreement(d);
             read shadow_counts(since: OffsetDateTime) -> Vec<ShadowCount> = shadow::counts(since);
+            write forward_enqueue(forward: &NewForward) -> bool = forward::enqueue(forward);
+            read forward(effect: &EffectId) -> Option<ForwardRecord> = forward::read(effect);
+            read forwards(filter: &ForwardFilter) -> Vec<ForwardRecord> = forward::list(filter);
+            read forwards_due(now: OffsetDateTime, limit: u32) -> Vec<ForwardRecord>
+                = forward::due(now, limit);
+            read forward_next_due() -> Option<OffsetDateTime> = forward::next_due();
+            write forward_start(
+                effect: &EffectId, token: u64, now: OffsetDateTime, deadline: OffsetDateTime
+            ) -> Option<ForwardStart> = forward::start(effect, token, now, deadline);
+            write forward_finish(
+                effect: &EffectId, token: u64, series: u64, attempt: u64, end: &ForwardEnd
+            ) -> ForwardState = forward::finish(effect, token, series, attempt, end);
+            write forward_interrupt(effect: &EffectId, token: u64, now: OffsetDateTime) -> bool
+                = forward::interrupt(effect, token, now);
+            write forward_resend(effect: &EffectId, lease: Duration, now: OffsetDateTime)
+                -> ForwardRecord = forward::resend(effect, lease, now);
+            write forward_claim(types: &[ForwardType], lease: Duration, now: OffsetDateTime)
+                -> Option<ForwardRecord> = forward::claim(types, lease, now);
+            read forward_attempts(effect: &EffectId) -> Vec<ForwardAttempt>
+                = forward::attempts(effect);
+            read forward_counts(tenants: &TenantFilter) -> ForwardCounts
+                = forward::counts(tenants);
         }
     };
     (@list $backend:ty, $run:ident, { $($own:tt)* },
@@ -93,6 +115,10 @@ macro_rules! store_impl {
                 DeliveryFilter, DeliveryRecord, DeliverySummary, TenantFilter,
             };
             use $crate::effect::{Claim, EffectRecord};
+            use $crate::forward::{
+                ForwardAttempt, ForwardCounts, ForwardEnd, ForwardFilter, ForwardRecord,
+                ForwardStart, ForwardState, ForwardType, NewForward,
+            };
             use $crate::queue::{QueueFilter, QueueItem, QueuePage, Resolution};
             use $crate::reconciliation::{MissingOperation, ReconcileAttempt, ResourceScope};
             use $crate::report::Report;

@@ -165,6 +165,7 @@ pub(crate) fn sqlite() -> Vec<(i64, String)> {
             format!("{}{}", crate::alias::SCHEMA_V4, crate::shadow::SCHEMA_V4),
         ),
         (5, QUEUE_PAGES.to_owned()),
+        (6, crate::forward::SCHEMA_V6.to_owned()),
     ]
 }
 
@@ -179,6 +180,7 @@ pub(crate) fn postgres() -> Vec<(i64, String)> {
             format!("{}{}", crate::alias::SCHEMA_V4, crate::shadow::SCHEMA_V4),
         ),
         (5, QUEUE_PAGES.to_owned()),
+        (6, crate::forward::SCHEMA_V6.to_owned()),
     ]
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use oncegate_core::contract::Contract;
 use oncegate_core::ids::{DeliveryId, EffectId};
 use oncegate_core::json::{self, JsonErrorKind, Limits};
-use oncegate_core::matrix::{self, Confidence, Difference, Rejection, Situation};
+use oncegate_core::matrix::{self, Action, Confidence, Difference, Rejection, Situation};
 use oncegate_store::{DecideOutcome, DecideRequest, PriorView, Store};
 use time::OffsetDateTime;
 
@@ -91,6 +91,8 @@ pub(crate) struct Inner {
     /// item is attempted right away instead of at the next poll; `Notify` keeps one permit,
     /// so a burst of deliveries makes one run, not one per delivery.
     wake: Arc<tokio::sync::Notify>,
+    /// Wakes the forwarder as soon as a forward is enqueued (gateway mode).
+    forward_wake: Arc<tokio::sync::Notify>,
     backlog: Backlog,
 }
 
@@ -127,6 +129,7 @@ impl Gate {
             limits,
             metrics: Metrics::new(),
             wake: Arc::new(tokio::sync::Notify::new()),
+            forward_wake: Arc::new(tokio::sync::Notify::new()),
             backlog: Backlog::default(),
         }))
     }
@@ -179,6 +182,11 @@ impl Gate {
     /// Wakes the reconciler (an item was queued).
     pub(crate) fn wake(&self) -> &Arc<tokio::sync::Notify> {
         &self.0.wake
+    }
+
+    /// Wakes the forwarder (a forward was enqueued).
+    pub(crate) fn forward_wake(&self) -> &Arc<tokio::sync::Notify> {
+        &self.0.forward_wake
     }
 
     pub(crate) fn lease_time(&self) -> time::Duration {
@@ -462,7 +470,33 @@ impl Gate {
             _ => Vec::new(),
         };
         details.shadow = disagreeing;
+        // Gateway mode: the effect's forward is made durable before anyone hears `process`;
+        // the forwarder holds the effect from here on.
+        let forward = match (
+            type_def.and_then(|t| t.forward.as_ref()),
+            &outcome.reservation,
+        ) {
+            (Some(_), Some(reservation)) if outcome.decision.action == Action::Process => {
+                Some(oncegate_store::NewForward {
+                    effect: reservation.effect.clone(),
+                    fencing_token: reservation.fencing_token,
+                    delivery: delivery.clone(),
+                    tenant: r.tenant.clone(),
+                    provider: r.provider.clone(),
+                    env: r.env.clone(),
+                    event_type: event_type.clone(),
+                    due_at: received_at,
+                })
+            }
+            _ => None,
+        };
         let proof = Proof::decided(delivery, event_type, &plan, differences, details, &outcome);
+        if let Some(forward) = forward {
+            // Not enqueued (the store went away): the reservation's lease runs out and the
+            // unknown-outcome path takes it (verify, or release for the forwarder to claim).
+            self.enqueue_forward(forward).await?;
+            return Ok(Outcome::Forwarded(proof));
+        }
         Ok(Outcome::of(self, proof, outcome))
     }
 

@@ -11,6 +11,8 @@
 //! - [`Outcome::Ignore`]: it already ran; the proof carries its result;
 //! - [`Outcome::Quarantine`] / [`Outcome::Reconcile`]: it waits in the queue for the
 //!   provider's authority, the consumer's verifier or a person;
+//! - [`Outcome::Forwarded`]: gateway mode — the effect must run and the forwarder delivers it
+//!   to the type's `forward` endpoint (its forward is durable); nothing is left to the caller;
 //! - [`Outcome::Rejected`]: refused (journaled, with its proof).
 //!
 //! The [`Upkeep`] (lease sweep, reconciler, retention purge) runs beside it; it stops when
@@ -51,6 +53,7 @@ mod backlog;
 mod breaker;
 pub mod details;
 mod error;
+mod forwarder;
 mod gate;
 mod metrics;
 mod outcome;
@@ -67,6 +70,7 @@ mod verifier;
 
 pub use authority::{AuthorityError, AuthorityPolicy};
 pub use error::GateError;
+pub use forwarder::ForwarderSettings;
 pub use gate::{system_clock, Clock, Gate, GateConfig, MAX_RESULT_BYTES};
 pub use metrics::Metrics;
 pub use outcome::{Held, Outcome, Proof, Rejected};

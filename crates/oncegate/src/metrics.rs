@@ -108,6 +108,8 @@ pub struct Metrics {
     pub(crate) reconcile: crate::reconciler::ReconcileMetrics,
     /// Shadow strategies' disagreements with the active hierarchy.
     pub(crate) shadow: crate::shadow::ShadowMetrics,
+    /// Gateway mode's forwards (attempts by outcome, latency, dead letters, backlog).
+    pub(crate) forward: crate::forwarder::ForwardMetrics,
 }
 
 impl Metrics {
@@ -207,9 +209,11 @@ impl Metrics {
         );
         let reconcile = crate::reconciler::ReconcileMetrics::register(&mut registry);
         let shadow = crate::shadow::ShadowMetrics::register(&mut registry);
+        let forward = crate::forwarder::ForwardMetrics::register(&mut registry);
         Metrics {
             reconcile,
             shadow,
+            forward,
             registry,
             deliveries,
             keys,
@@ -335,6 +339,7 @@ impl Metrics {
             return;
         }
         self.store_up.set(1);
+        self.forward.refresh(store).await;
         // Breakers are shared state: another instance may have opened or closed one. Their
         // state does not depend on the window, so any rule lists them.
         if let Ok(breakers) = store.breakers(&BreakerRule::new(0.0, 0), now).await {

@@ -17,6 +17,10 @@ use crate::GateError;
 pub enum Outcome {
     /// Run the effect now; report its outcome through the reservation.
     Process(Held),
+    /// Gateway mode: the effect must run, and its forward to the type's endpoint is durable;
+    /// the forwarder holds the reservation and delivers it exactly once. The action is
+    /// `process`; there is nothing for the caller to run or report.
+    Forwarded(Proof),
     /// The effect already ran (or is running): do nothing, answer with its result.
     Ignore(Proof),
     /// A key match whose discriminants differ: kept in the queue for a person (or the
@@ -54,7 +58,10 @@ impl Outcome {
                 .proof
                 .as_ref()
                 .expect("a reservation out of a decision carries its proof"),
-            Outcome::Ignore(p) | Outcome::Quarantine(p) | Outcome::Reconcile(p) => p,
+            Outcome::Ignore(p)
+            | Outcome::Forwarded(p)
+            | Outcome::Quarantine(p)
+            | Outcome::Reconcile(p) => p,
             Outcome::Rejected(r) => &r.proof,
         }
     }

@@ -88,7 +88,7 @@ pub(crate) fn client(
 }
 
 /// The error and its causes in one line (reqwest's own message is only "builder error").
-fn cause(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

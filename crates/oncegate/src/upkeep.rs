@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use crate::authority::AuthorityClient;
+use crate::forwarder::{self, ForwarderSettings};
 use crate::gate::Gate;
 use crate::reconciler::{self, ReconcilerSettings};
 use crate::trust::TrustError;
@@ -25,8 +26,11 @@ pub struct UpkeepSettings {
     pub purge_every: Option<Duration>,
     /// The reconciler worker and its authority policy (`every: None` turns it off).
     pub reconciler: ReconcilerSettings,
-    /// An extra CA certificate file (PEM) every authority's HTTPS connection trusts.
+    /// An extra CA certificate file (PEM) every authority's HTTPS connection trusts, and the
+    /// forwarder's too.
     pub ca_file: Option<PathBuf>,
+    /// Gateway mode's forwarder (runs only when the contract declares a forward).
+    pub forwarder: ForwarderSettings,
 }
 
 impl Default for UpkeepSettings {
@@ -37,6 +41,7 @@ impl Default for UpkeepSettings {
             purge_every: Some(Duration::from_secs(3600)),
             reconciler: ReconcilerSettings::default(),
             ca_file: None,
+            forwarder: ForwarderSettings::default(),
         }
     }
 }
@@ -83,6 +88,21 @@ impl Gate {
             settings.ca_file.as_deref(),
         )?;
         let mut tasks = vec![tokio::spawn(leases(self.clone(), settings.lease_sweep))];
+        if !forwarder::forward_types(self.contract()).is_empty() {
+            let ca = match settings.ca_file.as_deref() {
+                Some(path) => crate::trust::read(&crate::trust::CaFile {
+                    path: path.to_owned(),
+                    origin: "ONCEGATE_CA_FILE".to_owned(),
+                })?,
+                None => Vec::new(),
+            };
+            let http = forwarder::client(&ca)?;
+            tasks.push(tokio::spawn(forwarder::run_forever(
+                self.clone(),
+                settings.forwarder,
+                http,
+            )));
+        }
         // Reconciliation runs beside the deliveries, never inside one: an authority that is
         // slow or down delays only the queue.
         tasks.push(tokio::spawn(reconciler::run_forever(

@@ -48,6 +48,7 @@ async fn the_sweep_runs_while_the_upkeep_lives_and_stops_when_it_is_dropped() {
             ..ReconcilerSettings::default()
         },
         ca_file: None,
+        ..UpkeepSettings::default()
     };
 
     let upkeep = gate.upkeep(settings).unwrap();

@@ -2,6 +2,7 @@
 
 mod corpus;
 mod deploy;
+mod forward;
 mod json;
 mod migrate;
 mod operation_scope;

@@ -124,6 +124,48 @@ fn check_warns_about_a_plain_http_authority_off_loopback() {
 }
 
 #[test]
+fn check_shows_where_each_type_is_forwarded() {
+    let example = std::fs::read_to_string(CONTRACT).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    let forward = "\n[providers.payflow.forward]\nurl = \"https://billing.internal/hooks\"\nmax_attempts = 3\nsigning_secret_env = \"FORWARD_SECRET\"\n";
+    std::fs::write(&path, format!("{example}{forward}")).unwrap();
+    let out = oncegate(&["check", path.to_str().unwrap()], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listing = text(&out.stdout);
+    assert!(
+        listing.contains("forwarded to https://billing.internal/hooks (10s timeout, 3 attempts, backoff 1s..10m, signed)"),
+        "{listing}"
+    );
+    let out = oncegate(&["check", path.to_str().unwrap(), "--json"], "");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let payflow = doc["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "payflow")
+        .unwrap();
+    let forward = &payflow["types"][0]["forward"];
+    assert_eq!(forward["max_attempts"], 3, "{doc}");
+    assert_eq!(forward["timeout_ms"], 10_000);
+    assert_eq!(forward["signed"], true);
+    // A bad forward is refused with its place.
+    std::fs::write(
+        &path,
+        format!("{example}\n[providers.payflow.forward]\nmax_attempts = 0\n"),
+    )
+    .unwrap();
+    let out = oncegate(&["check", path.to_str().unwrap()], "");
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("provider \"payflow\"") && err.contains("forward.url"),
+        "{err}"
+    );
+    assert!(err.contains("forward.max_attempts"), "{err}");
+}
+
+#[test]
 fn check_refuses_a_bad_contract_with_its_location() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");

@@ -66,11 +66,8 @@ pub(super) fn verifier(c: &mut Checker<'_>, at: At<'_>, raw: RawVerifier) -> Opt
     }
     if let Some(rest) = raw.url.strip_prefix("http://") {
         if !is_loopback(rest) {
-            c.warnings.push(format!(
-                "{}:{}: provider {:?}: the verification API {} is plain http:// on a host that is not loopback: its answers settle effects, so use https://",
-                c.file,
-                at.line.unwrap_or(0),
-                at.provider.unwrap_or(""),
+            c.warn(at, format!(
+                "the verification API {} is plain http:// on a host that is not loopback: its answers settle effects, so use https://",
                 raw.url
             ));
         }

@@ -399,3 +399,94 @@ fn a_verification_api_is_a_types_own_or_its_providers() {
         plain.warnings
     );
 }
+
+#[test]
+fn a_forward_is_a_providers_with_a_types_fields_over_it() {
+    const T: &str =
+        "[providers.p.types.t]\ncriticality = \"critical\"\n[[providers.p.types.t.strategies]]\nname = \"s\"\nversion = 1\nlevel = \"semantic\"\nfields = [\"/id\"]\n";
+    const U: &str =
+        "[providers.p.types.u]\ncriticality = \"reversible\"\n[[providers.p.types.u.strategies]]\nname = \"s2\"\nversion = 1\nlevel = \"semantic\"\nfields = [\"/id\"]\n";
+    let text = format!(
+        "[providers.p]\nevent_type = \"/type\"\n[providers.p.forward]\nurl = \"https://consumer.internal/hooks/p\"\nsigning_secret_env = \"FORWARD_SECRET\"\n\n{T}{U}[providers.p.types.u.forward]\ntimeout = \"2s\"\nmax_attempts = 3\nbackoff = \"100ms..1s\"\n"
+    );
+    let c = parse("c.toml", &text).unwrap_or_else(|e| panic!("{e}"));
+    let t = c.providers["p"].types["t"]
+        .forward
+        .as_ref()
+        .expect("the provider's");
+    assert_eq!(t.url, "https://consumer.internal/hooks/p");
+    assert_eq!(t.timeout, Duration::from_secs(10));
+    assert_eq!(t.max_attempts, 8);
+    assert_eq!(
+        (t.backoff_first, t.backoff_max),
+        (Duration::from_secs(1), Duration::from_secs(600))
+    );
+    assert_eq!(
+        t.signing_secret,
+        Some(SecretSource::Env("FORWARD_SECRET".to_owned()))
+    );
+    let u = c.providers["p"].types["u"]
+        .forward
+        .as_ref()
+        .expect("merged");
+    assert_eq!(u.url, t.url, "the url comes from the provider's table");
+    assert_eq!(u.timeout, Duration::from_secs(2));
+    assert_eq!(u.max_attempts, 3);
+    assert_eq!(
+        (u.backoff_first, u.backoff_max),
+        (Duration::from_millis(100), Duration::from_secs(1))
+    );
+    assert_eq!(u.signing_secret, t.signing_secret);
+    assert!(c.providers["p"].forward.is_some());
+
+    // Without a forward table nothing is forwarded.
+    let plain = parse("c.toml", &format!("{HEAD}[[providers.p.types.t.strategies]]\nname = \"s\"\nversion = 1\nlevel = \"semantic\"\nfields = [\"/id\"]\n")).unwrap();
+    assert!(plain.providers["p"].types["t"].forward.is_none());
+
+    let own = |f: &str| {
+        format!("{HEAD}forward = {f}\n[[providers.p.types.t.strategies]]\nname = \"s\"\nversion = 1\nlevel = \"semantic\"\nfields = [\"/id\"]\n")
+    };
+    refused(
+        &own("{ timeout = \"1s\" }"),
+        &[
+            "c.toml:",
+            "type \"t\"",
+            "forward.url",
+            "consumer's endpoint",
+        ],
+    );
+    refused(
+        &own("{ url = \"ftp://x.example/\" }"),
+        &["forward.url", "http:// or https://"],
+    );
+    refused(
+        &own("{ url = \"https://x.example/\", max_attempts = 0 }"),
+        &["forward.max_attempts", "between 1 and 100"],
+    );
+    refused(
+        &own("{ url = \"https://x.example/\", backoff = \"1s\" }"),
+        &["forward.backoff", "range of pauses"],
+    );
+    refused(
+        &own("{ url = \"https://x.example/\", backoff = \"1m..1s\" }"),
+        &["forward.backoff", "first pause is longer"],
+    );
+    refused(
+        &own("{ url = \"https://x.example/\", timeout = \"soon\" }"),
+        &["forward.timeout", "not a duration"],
+    );
+    refused(
+        &own("{ url = \"https://x.example/\", signing_secret_env = \"A\", signing_secret_file = \"/b\" }"),
+        &["forward.signing_secret", "not both"],
+    );
+    refused(
+        &own("{ url = \"https://x.example/\", retries = 3 }"),
+        &["unknown field `retries`"],
+    );
+    let unsigned = parse("c.toml", &own("{ url = \"http://127.0.0.1:9/\" }")).unwrap();
+    assert!(
+        unsigned.warnings.iter().any(|w| w.contains("not signed")),
+        "{:?}",
+        unsigned.warnings
+    );
+}

@@ -20,6 +20,7 @@ mod assets;
 mod breakers;
 mod chart;
 mod deliveries;
+mod forwards;
 mod layout;
 mod proof;
 mod queue;
@@ -46,6 +47,10 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/console/deliveries/{delivery_id}", get(proof::page))
         .route("/console/queue", get(queue::page))
         .route("/console/queue/{delivery_id}/resolve", post(queue::resolve))
+        .route(
+            "/console/forwards/{effect_id}/resend",
+            post(forwards::resend),
+        )
         .route("/console/report", get(report::page))
         .route("/console/decisions", get(report::decisions))
         .route("/console/breakers", get(breakers::page))

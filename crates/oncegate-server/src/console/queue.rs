@@ -190,8 +190,10 @@ pub(crate) async fn page(
     let paged = filter.after.is_some() || filter.before.is_some();
     let first = q.link(None);
     let total = matching(&page.counts, &filter);
+    let dead_letters = super::forwards::dead_letters(&state, &s).await?;
     let body = html! {
         (counts_markup(&page.counts, false))
+        (dead_letters)
         form.filters method="get" action="/console/queue" {
             label { "Kind" select name="kind" {
                 option value="" { "all" }

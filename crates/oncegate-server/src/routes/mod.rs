@@ -20,6 +20,7 @@ use crate::state::AppState;
 
 pub(crate) mod breakers;
 pub(crate) mod effects;
+pub(crate) mod forwards;
 mod health;
 pub(crate) mod proof;
 pub(crate) mod queue;
@@ -80,6 +81,8 @@ pub(crate) fn v1() -> Vec<Route> {
         route(M::GET, "/v1/queue", queue::list),
         route(M::POST, "/v1/queue/{delivery_id}/resolve", queue::resolve),
         route(M::POST, "/v1/work/claim", work::claim),
+        route(M::GET, "/v1/forwards", forwards::list),
+        route(M::POST, "/v1/forwards/{effect_id}/resend", forwards::resend),
         route(M::GET, "/v1/report", report::report),
         route(M::GET, "/v1/breakers", breakers::list),
         route(M::POST, "/v1/breakers/close", breakers::close),

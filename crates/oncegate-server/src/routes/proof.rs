@@ -230,6 +230,10 @@ pub(crate) async fn build_from(
             })
             .unwrap_or_default(),
         resolution,
+        forward: match &proof.effect {
+            Some(e) => super::forwards::of_effect(store, e).await?,
+            None => None,
+        },
         rule_version: proof.matrix_version,
         details: details_value,
         payload,

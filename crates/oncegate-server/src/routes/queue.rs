@@ -147,15 +147,17 @@ pub(crate) async fn list(
     let now = state.now();
     let filter = filter_of(&q, caller.tenants.clone(), now)?;
     let page = state.store.queue_page(&filter).await?;
-    Ok(Json(list_body(&page, now, &|t| caller.sees(t))))
+    let dead = state.store.forward_counts(&caller.tenants).await?.dead;
+    Ok(Json(list_body(&page, now, &|t| caller.sees(t), dead)))
 }
 
 /// A page of the queue as `GET /v1/queue` serves it, to a reader who sees the tenants `sees`
-/// accepts.
+/// accepts, beside the `dead_letters` that reader's tenants hold.
 pub(crate) fn list_body(
     page: &oncegate_store::QueuePage,
     now: OffsetDateTime,
     sees: &dyn Fn(&str) -> bool,
+    dead_letters: u64,
 ) -> QueueListBody {
     QueueListBody {
         // The store filters by tenant in its query; checking again costs nothing and keeps a
@@ -170,6 +172,7 @@ pub(crate) fn list_body(
         counts: QueueCountsBody {
             quarantine: counts_body(page.counts.quarantine),
             reconcile: counts_body(page.counts.reconcile),
+            dead_letters,
         },
     }
 }

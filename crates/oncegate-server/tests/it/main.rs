@@ -10,6 +10,7 @@ mod data_shapes;
 mod deadlines;
 mod decisions;
 mod effects;
+mod gateway;
 mod harness;
 mod layer;
 mod limits;
@@ -47,6 +48,7 @@ macro_rules! both_backends {
 }
 
 both_backends!(
+    gateway::a_forwarded_delivery_is_answered_without_a_token_and_its_dead_letter_resent,
     operations::health_metrics_and_unknown_routes,
     openapi::the_document_describes_exactly_the_routes_served,
     operations::report_gap_is_zero_after_a_mixed_run,

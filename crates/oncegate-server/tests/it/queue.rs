@@ -130,7 +130,7 @@ pub async fn every_listed_item_is_resolvable_by_the_id_it_shows(kind: Kind) {
     }
     assert_eq!(
         listed["counts"],
-        json!({"quarantine": {"open": 1, "resolved": 0}, "reconcile": {"open": 5, "resolved": 0}})
+        json!({"quarantine": {"open": 1, "resolved": 0}, "reconcile": {"open": 5, "resolved": 0}, "dead_letters": 0})
     );
     assert_eq!(listed["next"], Value::Null);
     // The lease-expiry item is listed under the delivery that was processed.
@@ -199,7 +199,7 @@ pub async fn every_listed_item_is_resolvable_by_the_id_it_shows(kind: Kind) {
     assert!(items(&open).is_empty(), "{open}");
     assert_eq!(
         open["counts"],
-        json!({"quarantine": {"open": 0, "resolved": 1}, "reconcile": {"open": 0, "resolved": 5}})
+        json!({"quarantine": {"open": 0, "resolved": 1}, "reconcile": {"open": 0, "resolved": 5}, "dead_letters": 0})
     );
     let proof = s.proof(&retry_b).await;
     assert_eq!(
@@ -339,12 +339,12 @@ pub async fn the_queue_pages_filters_and_counts(kind: Kind) {
     assert!(items(&q).is_empty());
     assert_eq!(
         q["counts"],
-        json!({"quarantine": {"open": 0, "resolved": 0}, "reconcile": {"open": 7, "resolved": 0}})
+        json!({"quarantine": {"open": 0, "resolved": 0}, "reconcile": {"open": 7, "resolved": 0}, "dead_letters": 0})
     );
     let q = list(&s, "?newer_than=2h", OPERATOR).await;
     assert_eq!(
         q["counts"],
-        json!({"quarantine": {"open": 1, "resolved": 0}, "reconcile": {"open": 2, "resolved": 0}})
+        json!({"quarantine": {"open": 1, "resolved": 0}, "reconcile": {"open": 2, "resolved": 0}, "dead_letters": 0})
     );
     let q = list(&s, "", OPERATOR_BETA).await;
     assert_eq!(items(&q).len(), 1);

@@ -15,17 +15,27 @@ pub enum Kind {
 
 /// The real matrix for an identified delivery of a critical type with a strong key.
 pub fn strong_critical(view: &oncegate_store::PriorView) -> Decision {
-    matrix::decide(&Situation::Identified {
-        criticality: Criticality::Critical,
-        authority: false,
-        breaker_open: false,
-        transport: view.transport,
-        key: Keyed {
-            confidence: Confidence::Strong,
-            prior: view.prior,
-            differences: view.differences.clone(),
-        },
-    })
+    strong(Criticality::Critical)(view)
+}
+
+/// The real matrix for an identified delivery of a type of `criticality` with a strong key
+/// and no authority.
+pub fn strong(
+    criticality: Criticality,
+) -> impl Fn(&oncegate_store::PriorView) -> Decision + Clone + Send + Sync {
+    move |view| {
+        matrix::decide(&Situation::Identified {
+            criticality,
+            authority: false,
+            breaker_open: false,
+            transport: view.transport,
+            key: Keyed {
+                confidence: Confidence::Strong,
+                prior: view.prior,
+                differences: view.differences.clone(),
+            },
+        })
+    }
 }
 
 /// One backend instance for one test: a URL any number of stores can be opened on.

@@ -5,6 +5,7 @@
 //! the suite checks the store the way the service will use it. Time is passed in, never read.
 
 mod aliases;
+mod forwards;
 mod harness;
 mod privileges;
 mod queue;
@@ -171,5 +172,16 @@ mod queue_on {
         paging_backwards_shows_the_same_pages_in_reverse,
         filters_and_counts_narrow_the_queue,
         a_delivery_id_names_its_one_open_item_or_is_ambiguous,
+    );
+}
+
+/// Gateway mode's forwards and attempts (schema v6), as `forwards_on::{sqlite,postgres}::<name>`.
+mod forwards_on {
+    conformance_of!(
+        forwards;
+        attempts_run_one_at_a_time_and_a_2xx_completes,
+        a_late_answer_of_an_old_attempt_cannot_complete_a_newer_one,
+        an_interrupted_critical_attempt_is_verified_never_resent,
+        a_dead_letter_is_resent_with_a_fresh_series,
     );
 }
