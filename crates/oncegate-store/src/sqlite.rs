@@ -412,6 +412,57 @@ crate::operations::store_impl!(SqliteStore, run, {
         .await
     }
 
+    async fn journal_and_decide(
+        &self,
+        reception: NewReception,
+        request: DecideRequest,
+        matrix: &dyn Matrix,
+    ) -> Result<(DeliveryId, Result<DecideOutcome>)> {
+        // One hop and one item of the writer's batch: the journal entry, then the decision in a
+        // SAVEPOINT of its own, undone alone when it fails, so the entry is kept either way.
+        let id = DeliveryId::from_u128(new_id(reception.received_at));
+        let scope = crate::decision::journaled_scope(&reception);
+        let request = DecideRequest {
+            delivery: id.clone(),
+            ..request
+        };
+        let matrix = matrix.share();
+        self.write(true, move |tx| {
+            now_or_never(crate::delivery::journal(tx, &id, &reception))?;
+            control(tx.conn, "SAVEPOINT decision").map_err(sqlite_err)?;
+            let decided =
+                now_or_never(crate::decision::decide(tx, &request, Some(scope), |view| {
+                    matrix.decide(view)
+                }));
+            if decided.is_err() {
+                control(tx.conn, "ROLLBACK TO decision").map_err(sqlite_err)?;
+            }
+            control(tx.conn, "RELEASE decision").map_err(sqlite_err)?;
+            Ok((id, decided))
+        })
+        .await
+    }
+
+    async fn complete(
+        &self,
+        effect: &EffectId,
+        token: u64,
+        result: &str,
+        now: OffsetDateTime,
+    ) -> Result<()> {
+        let (effect, result) = (effect.clone(), result.to_owned());
+        self.write(true, move |tx| {
+            now_or_never(crate::effect::complete(tx, &effect, token, &result, now))
+        })
+        .await
+    }
+
+    async fn breaker_is_open(&self, scope: &BreakerScope) -> Result<bool> {
+        let scope = scope.clone();
+        self.read(move |tx| now_or_never(crate::breaker::is_open(tx, &scope)))
+            .await
+    }
+
     async fn expire_leases(&self, now: OffsetDateTime) -> Result<Vec<EffectId>> {
         self.write(true, move |tx| {
             now_or_never(crate::reconciliation::expire_leases(tx, now))
