@@ -285,24 +285,49 @@ pub(crate) async fn record<T: Tx + Send>(
     let mut expire = scope_params(scope);
     // A bucket wholly before the window never counts again.
     expire.push(int(cutoff.saturating_sub(bucket_ms)));
-    tx.exec_all(&[
-        (
+    tx.exec(
+        "DELETE FROM breaker_counts WHERE provider = $1 AND env = $2 AND event_type = $3 AND strategy_name = $4 \
+         AND strategy_version = $5 AND bucket < $6",
+        &expire,
+    )
+    .await?;
+    // The current bucket is one row every match of the scope updates, so its lock is taken
+    // last: everything else is read before it, and the lock is held only by the update and
+    // the commit (concurrent matches of one strategy queue on it).
+    let mut breaker = stored(tx, scope)
+        .await?
+        .unwrap_or_else(|| Breaker::closed(scope.clone()));
+    let mut earlier = scope_params(scope);
+    earlier.extend([int(cutoff.saturating_sub(bucket_ms)), int(bucket)]);
+    let rows = tx
+        .query(
+            "SELECT CAST(COALESCE(SUM(matches), 0) AS BIGINT), CAST(COALESCE(SUM(collisions), 0) AS BIGINT) FROM breaker_counts \
+             WHERE provider = $1 AND env = $2 AND event_type = $3 AND strategy_name = $4 AND strategy_version = $5 \
+             AND bucket >= $6 AND bucket <> $7",
+            &earlier,
+        )
+        .await?;
+    let row = rows
+        .first()
+        .ok_or_else(|| StoreError::corrupt("a breaker window sum returned no row"))?;
+    let (earlier_matches, earlier_collisions) = (row.int(0)?, row.int(1)?);
+    // Buckets are whole, so the window is the buckets that start after `cutoff - bucket`: a
+    // match is counted for at most one bucket longer than the window, never less.
+    let rows = tx
+        .query(
             "INSERT INTO breaker_counts (provider, env, event_type, strategy_name, strategy_version, bucket, matches, collisions) \
              VALUES ($1, $2, $3, $4, $5, $6, 1, $7) \
              ON CONFLICT (provider, env, event_type, strategy_name, strategy_version, bucket) \
-             DO UPDATE SET matches = breaker_counts.matches + 1, collisions = breaker_counts.collisions + excluded.collisions",
-            add,
-        ),
-        (
-            "DELETE FROM breaker_counts WHERE provider = $1 AND env = $2 AND event_type = $3 AND strategy_name = $4 \
-             AND strategy_version = $5 AND bucket < $6",
-            expire,
-        ),
-    ])
-    .await?;
-    // Buckets are whole, so the window is the buckets that start after `cutoff - bucket`: a
-    // match is counted for at most one bucket longer than the window, never less.
-    let (matches, collisions) = window_counts(tx, scope, cutoff.saturating_sub(bucket_ms)).await?;
+             DO UPDATE SET matches = breaker_counts.matches + 1, collisions = breaker_counts.collisions + excluded.collisions \
+             RETURNING matches, collisions",
+            &add,
+        )
+        .await?;
+    let row = rows
+        .first()
+        .ok_or_else(|| StoreError::corrupt("a breaker count returned no row"))?;
+    let matches = (earlier_matches + row.int(0)?).max(0) as u64;
+    let collisions = (earlier_collisions + row.int(1)?).max(0) as u64;
     let mut opened_now = false;
     if rule.trips(matches, collisions) {
         let reason = format!(
@@ -338,10 +363,10 @@ pub(crate) async fn record<T: Tx + Send>(
             )
             .await?;
         opened_now = !rows.is_empty();
+        if let Some(now_stored) = stored(tx, scope).await? {
+            breaker = now_stored;
+        }
     }
-    let mut breaker = stored(tx, scope)
-        .await?
-        .unwrap_or_else(|| Breaker::closed(scope.clone()));
     breaker.matches = matches;
     breaker.collisions = collisions;
     Ok(BreakerRecord {
@@ -365,6 +390,22 @@ pub(crate) async fn read<T: Tx + Send>(
     breaker.matches = matches;
     breaker.collisions = collisions;
     Ok(breaker)
+}
+
+/// Whether the scope's breaker is open, in one statement: what a decision reads before it runs
+/// (the window's counts are not needed for that).
+pub(crate) async fn is_open<T: Tx + Send>(tx: &mut T, scope: &BreakerScope) -> Result<bool> {
+    let rows = tx
+        .query(
+            "SELECT state FROM breakers WHERE provider = $1 AND env = $2 AND event_type = $3 \
+             AND strategy_name = $4 AND strategy_version = $5",
+            &scope_params(scope),
+        )
+        .await?;
+    Ok(match rows.first() {
+        Some(row) => row.text(0)? == BreakerState::Open.as_str(),
+        None => false,
+    })
 }
 
 /// Every breaker that ever opened, and every scope with matches in the window, sorted by scope.

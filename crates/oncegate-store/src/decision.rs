@@ -19,8 +19,8 @@ use crate::error::StoreError;
 use crate::plan::{self, Scope, MAX_ATTEMPTS};
 use crate::sql::{text, Row, Tx};
 
-mod view;
-mod writes;
+pub(crate) mod view;
+pub(crate) mod writes;
 
 type Result<T> = std::result::Result<T, StoreError>;
 

@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use crate::codes::{from_ms, ms};
 use crate::error::StoreError;
 use crate::plan;
-use crate::sql::{int, opt_text, text, Query, Row, Tx, Value};
+use crate::sql::{int, opt_text, text, Query, Row, Statement, Tx, Value};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -251,11 +251,18 @@ pub(crate) async fn journal<T: Tx + Send>(
     id: &DeliveryId,
     r: &NewReception,
 ) -> Result<()> {
-    tx.exec(
+    let (sql, params) = journal_statement(id, r);
+    tx.exec(sql, &params).await?;
+    Ok(())
+}
+
+/// The journal's one statement (see `journal`), for a backend that sends several at once.
+pub(crate) fn journal_statement(id: &DeliveryId, r: &NewReception) -> Statement {
+    (
         "INSERT INTO deliveries (id, tenant, provider, env, event_type, received_at, size, body_sha256, headers_json, \
          payload, transport_key, transport_strength, correlation_id) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-        &[
+        vec![
             text(id.as_str()),
             text(r.tenant.as_str()),
             text(r.provider.as_str()),
@@ -271,8 +278,6 @@ pub(crate) async fn journal<T: Tx + Send>(
             opt_text(r.correlation_id.as_deref()),
         ],
     )
-    .await?;
-    Ok(())
 }
 
 pub(crate) async fn read<T: Tx + Send>(

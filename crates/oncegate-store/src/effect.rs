@@ -292,7 +292,11 @@ pub(crate) async fn read<T: Tx + Send>(tx: &mut T, id: &EffectId) -> Result<Opti
 }
 
 /// After a guarded update changed nothing: says why, from the effect as it stands.
-async fn refusal<T: Tx + Send>(tx: &mut T, effect: &EffectId, token: u64) -> Result<StoreError> {
+pub(crate) async fn refusal<T: Tx + Send>(
+    tx: &mut T,
+    effect: &EffectId,
+    token: u64,
+) -> Result<StoreError> {
     let rows = tx
         .query(
             "SELECT fencing_token FROM effects WHERE id = $1",
@@ -351,8 +355,31 @@ pub(crate) async fn complete<T: Tx + Send>(
     result: &str,
     now: OffsetDateTime,
 ) -> Result<()> {
-    let set = "state = 'completed', result = $4";
-    as_holder(tx, effect, token, now, set, vec![text(result)]).await
+    let (sql, params) = complete_statement(effect, token, result, now);
+    if tx.exec(sql, &params).await? == 0 {
+        return Err(refusal(tx, effect, token).await?);
+    }
+    Ok(())
+}
+
+/// `complete`'s guarded update (one row changed, or none when the effect is no longer the
+/// holder's: then `refusal` says why), for a backend that sends several at once.
+pub(crate) fn complete_statement(
+    effect: &EffectId,
+    token: u64,
+    result: &str,
+    now: OffsetDateTime,
+) -> Statement {
+    (
+        "UPDATE effects SET state = 'completed', result = $4, updated_at = $3 \
+         WHERE id = $1 AND fencing_token = $2 AND state = 'reserved' AND lease_until > $3",
+        vec![
+            text(effect.as_str()),
+            int(token as i64),
+            int(ms(now)),
+            text(result),
+        ],
+    )
 }
 
 /// Records the holder's failure; a retryable one lets the next delivery of the key take over.

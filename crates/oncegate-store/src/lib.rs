@@ -145,6 +145,27 @@ pub trait Store: Send + Sync {
         matrix: &dyn Matrix,
     ) -> Result<DecideOutcome, StoreError>;
 
+    /// `journal` then `decide`, as one call a backend may run in one commit: the reception is
+    /// journaled whatever becomes of its decision (a decision that fails is undone alone, and
+    /// the journal entry is kept), and `request.delivery` is replaced by the new delivery's id.
+    ///
+    /// `Err` means the reception was not journaled (as `journal` failing); `Ok((id, decided))`
+    /// that it was, with the decision's own result, exactly as the two calls would answer.
+    async fn journal_and_decide(
+        &self,
+        reception: NewReception,
+        request: DecideRequest,
+        matrix: &dyn Matrix,
+    ) -> Result<(DeliveryId, Result<DecideOutcome, StoreError>), StoreError> {
+        let id = self.journal(reception).await?;
+        let request = DecideRequest {
+            delivery: id.clone(),
+            ..request
+        };
+        let decided = self.decide(request, matrix).await;
+        Ok((id, decided))
+    }
+
     /// Records the effect's result (a reference to the transaction, resource and rule version,
     /// as JSON text; never the payload). Refused with `StaleToken` when another holder took
     /// over, `LeaseLost` when the lease passed or an outcome is already recorded.
@@ -320,6 +341,10 @@ pub trait Store: Send + Sync {
         rule: &BreakerRule,
         now: OffsetDateTime,
     ) -> Result<Breaker, StoreError>;
+
+    /// Whether the breaker of one strategy scope is open: what a decision reads before it
+    /// runs, in one statement (without the window's counts `breaker` adds).
+    async fn breaker_is_open(&self, scope: &BreakerScope) -> Result<bool, StoreError>;
 
     /// Every breaker that ever opened and every scope with matches in the window.
     async fn breakers(

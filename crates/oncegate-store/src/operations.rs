@@ -1,8 +1,8 @@
 //! The `Store` calls both backends run the same way, listed once: each call's signature, whether
 //! it reads or writes, and the operation that runs it (written once against `sql::Tx`, beside
 //! the records it reads or writes). A backend writes its `impl Store` with `store_impl!`, giving
-//! the methods where the backends truly differ (the journal and the decision, SQLite's writer
-//! thread against PostgreSQL's pool) and a macro that runs one listed operation its way: SQLite
+//! the methods where the backends truly differ (the journal, the decision and the complete, SQLite's
+//! writer thread against PostgreSQL's batches) and a macro that runs one listed operation its way: SQLite
 //! on a reader or in the writer's next batch, PostgreSQL in a transaction of its own, retried.
 //!
 //! A macro, because the operations are generic over the executor and a generic function cannot
@@ -19,8 +19,6 @@
 macro_rules! store_impl {
     ($backend:ty, $run:ident, { $($own:tt)* }) => {
         $crate::operations::store_impl! { @list $backend, $run, { $($own)* },
-            write complete(effect: &EffectId, token: u64, result: &str, now: OffsetDateTime)
-                -> () = effect::complete(effect, token, result, now);
             write fail(
                 effect: &EffectId, token: u64, retryable: bool, error: &str, now: OffsetDateTime
             ) -> () = effect::fail(effect, token, retryable, error, now);

@@ -41,8 +41,8 @@ pub(crate) fn scope(
 /// Whether the scope's breaker is open. A store that cannot answer leaves it closed: the
 /// decision that follows needs the same store and fails on its own if it is really gone.
 pub(crate) async fn is_open(gate: &Gate, scope: &BreakerScope) -> bool {
-    match gate.store().breaker(scope, &rule(gate), gate.now()).await {
-        Ok(b) => b.is_open(),
+    match gate.store().breaker_is_open(scope).await {
+        Ok(open) => open,
         Err(e) => {
             tracing::warn!(error = %e, breaker = %scope, "breaker state unreadable; deciding as closed");
             false

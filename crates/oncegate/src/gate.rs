@@ -353,34 +353,14 @@ impl Gate {
             Some(transport),
             provider,
         );
-        let delivery = self.store().journal(entry).await?;
-        // Shadow strategies see the delivery before the decision so their verdicts are part of
-        // the proof; they never change it.
-        let shadows = match (type_def, &event_type) {
-            (Some(t), Some(et)) if !t.shadow.is_empty() => {
-                shadow::verdicts(self, t, r.origin(), &doc, et, &delivery, received_at).await
-            }
-            _ => Vec::new(),
-        };
-        let mut details = plan.details.clone();
-        details.shadow = shadows.clone();
-        let request = DecideRequest {
-            delivery: delivery.clone(),
-            event_type: event_type.clone(),
-            key: plan.key.clone(),
-            lease: self.lease_time(),
-            details_json: details.to_json(),
-            now: received_at,
-            resource: plan.resource.clone(),
-            critical: plan.critical,
-        };
         // The outcome does not repeat the differences the matrix saw, so the closure keeps the
         // last view's list (the store may run it more than once; the last run is the one
         // applied). The store may run the closure on another thread (SQLite's writer), so it
         // owns its state.
         let seen: Arc<std::sync::Mutex<Vec<Difference>>> = Arc::default();
         let shape = plan.shape.clone();
-        // The strategy's collision breaker, read just before the decision (see `breaker`).
+        // The strategy's collision breaker, read just before the delivery is journaled and
+        // decided (see `breaker`).
         let breaker_scope = match (&plan.strategy, &event_type) {
             (Some(s), Some(t)) => Some(breaker::scope(&r.provider, &r.env, t, s)),
             _ => None,
@@ -396,7 +376,47 @@ impl Gate {
                 shape.decide(view, breaker_open)
             }
         };
-        let outcome = match self.store().decide(request, &decide).await {
+        let mut details = plan.details.clone();
+        let request = |delivery: DeliveryId, details: &Details| DecideRequest {
+            delivery,
+            event_type: event_type.clone(),
+            key: plan.key.clone(),
+            lease: self.lease_time(),
+            details_json: details.to_json(),
+            now: received_at,
+            resource: plan.resource.clone(),
+            critical: plan.critical,
+        };
+        let shadowed = match (type_def, &event_type) {
+            (Some(t), Some(et)) if !t.shadow.is_empty() => Some((t, et)),
+            _ => None,
+        };
+        let (delivery, shadows, decided) = match shadowed {
+            Some((t, et)) => {
+                let delivery = self.store().journal(entry).await?;
+                // Shadow strategies see the delivery before the decision so their verdicts are
+                // part of the proof; they never change it.
+                let shadows =
+                    shadow::verdicts(self, t, r.origin(), &doc, et, &delivery, received_at).await;
+                details.shadow = shadows.clone();
+                let decided = self
+                    .store()
+                    .decide(request(delivery.clone(), &details), &decide)
+                    .await;
+                (delivery, shadows, decided)
+            }
+            None => {
+                // No shadow needs the delivery's id first: journal and decide in one call,
+                // which a store may run in one commit (the entry is kept whatever the decision).
+                let pending = request(DeliveryId::from_u128(0), &details);
+                let (delivery, decided) = self
+                    .store()
+                    .journal_and_decide(entry, pending, &decide)
+                    .await?;
+                (delivery, Vec::new(), decided)
+            }
+        };
+        let outcome = match decided {
             Ok(o) => o,
             Err(e) => return Err(self.undecided(delivery, event_type, e.into())),
         };
@@ -512,7 +532,6 @@ impl Gate {
         self.metrics().rejected(code);
         let provider = self.contract().provider(&r.provider);
         let entry = plan::journal_entry(r, received_at, None, None, provider);
-        let delivery = self.store().journal(entry).await?;
         let rejection = Rejection {
             code: code.to_owned(),
             message: refusal.fragment.clone(),
@@ -520,7 +539,8 @@ impl Gate {
         let decision = matrix::decide(&Situation::Rejected(rejection));
         let details = Details::rejected(code);
         let request = DecideRequest {
-            delivery: delivery.clone(),
+            // Replaced by the journaled delivery's id.
+            delivery: DeliveryId::from_u128(0),
             event_type: None,
             key: None,
             lease: self.lease_time(),
@@ -531,7 +551,11 @@ impl Gate {
         };
         let recorded = decision.clone();
         let matrix = move |_: &PriorView| recorded.clone();
-        let outcome: DecideOutcome = match self.store().decide(request, &matrix).await {
+        let (delivery, decided) = self
+            .store()
+            .journal_and_decide(entry, request, &matrix)
+            .await?;
+        let outcome: DecideOutcome = match decided {
             Ok(o) => o,
             Err(e) => return Err(self.undecided(delivery, None, e.into())),
         };

@@ -11,7 +11,7 @@ use crate::decision::{event_type_of, DecideRequest, PriorView};
 use crate::delivery::TransportStrength;
 use crate::error::StoreError;
 use crate::plan::{self, EffectRow, Scope};
-use crate::sql::{opt_text, text, Row, Tx};
+use crate::sql::{opt_text, text, Row, Tx, Value};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -65,11 +65,34 @@ pub(super) async fn load<T: Tx + Send>(
     scope: &Scope,
     req: &DecideRequest,
 ) -> Result<PriorView> {
-    let now = ms(req.now);
+    let (sql, params) = statement(scope, req);
+    let rows = tx.query(sql, &params).await?;
+    read(scope, req, &rows)
+}
+
+/// The view's statement (see `load`), for a backend that sends several at once.
+pub(crate) fn statement(scope: &Scope, req: &DecideRequest) -> (&'static str, Vec<Value>) {
     let hash = req
         .key
         .as_ref()
         .map(|key| scope.key_hash(event_type_of(scope, req).as_deref(), key));
+    (
+        view_sql(),
+        vec![
+            opt_text(hash),
+            text(scope.tenant.as_str()),
+            text(scope.provider.as_str()),
+            text(scope.env.as_str()),
+            opt_text(scope.strong_transport_key()),
+            text(req.delivery.as_str()),
+            text(scope.body_sha256.as_str()),
+        ],
+    )
+}
+
+/// The view's statement text, built once.
+fn view_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     // One statement, so one snapshot: at READ COMMITTED two separate look-ups could see the
     // index before a concurrent reservation committed and its effect after, and mistake a live
     // key for a purged one. It is also one round trip instead of three.
@@ -78,36 +101,29 @@ pub(super) async fn load<T: Tx + Send>(
     // with the same body first); a packet journaled but refused proves nothing. `i`/`e`: the
     // fast-index entry and its effect. `l`: the latest effect with this key, whatever the index
     // says, for when the horizon passed.
-    let sql = format!(
-        "SELECT t.id, t.body_sha256, i.scope_hash, i.expires_at, {indexed}, {latest}, {aliased} \
-         FROM (SELECT CAST($1 AS TEXT) AS h) k \
-         LEFT JOIN (SELECT d.id, d.body_sha256 FROM deliveries d JOIN proofs p ON p.delivery_id = d.id \
-                    WHERE d.tenant = $2 AND d.provider = $3 AND d.env = $4 AND d.transport_key = $5 \
-                    AND d.transport_strength = 'strong' AND d.id <> $6 AND p.action <> 'reject' \
-                    ORDER BY CASE WHEN d.body_sha256 = $7 THEN 0 ELSE 1 END, d.id LIMIT 1) t ON 1 = 1 \
-         LEFT JOIN effect_index i ON i.scope_hash = k.h \
-         LEFT JOIN effects e ON e.id = i.effect_id \
-         LEFT JOIN effects l ON l.id = (SELECT x.id FROM effects x WHERE x.scope_hash = k.h \
-                                        ORDER BY x.created_at DESC, x.id DESC LIMIT 1) \
-         LEFT JOIN effects a ON a.id = (SELECT y.effect_id FROM effect_aliases y WHERE y.alias_hash = k.h)",
-        indexed = EFFECT_VIEW_COLS,
-        latest = EFFECT_VIEW_COLS.replace("e.", "l."),
-        aliased = EFFECT_VIEW_COLS.replace("e.", "a."),
-    );
-    let rows = tx
-        .query(
-            &sql,
-            &[
-                opt_text(hash.as_deref()),
-                text(scope.tenant.as_str()),
-                text(scope.provider.as_str()),
-                text(scope.env.as_str()),
-                opt_text(scope.strong_transport_key()),
-                text(req.delivery.as_str()),
-                text(scope.body_sha256.as_str()),
-            ],
+    SQL.get_or_init(|| {
+        format!(
+            "SELECT t.id, t.body_sha256, i.scope_hash, i.expires_at, {indexed}, {latest}, {aliased} \
+             FROM (SELECT CAST($1 AS TEXT) AS h) k \
+             LEFT JOIN (SELECT d.id, d.body_sha256 FROM deliveries d JOIN proofs p ON p.delivery_id = d.id \
+                        WHERE d.tenant = $2 AND d.provider = $3 AND d.env = $4 AND d.transport_key = $5 \
+                        AND d.transport_strength = 'strong' AND d.id <> $6 AND p.action <> 'reject' \
+                        ORDER BY CASE WHEN d.body_sha256 = $7 THEN 0 ELSE 1 END, d.id LIMIT 1) t ON 1 = 1 \
+             LEFT JOIN effect_index i ON i.scope_hash = k.h \
+             LEFT JOIN effects e ON e.id = i.effect_id \
+             LEFT JOIN effects l ON l.id = (SELECT x.id FROM effects x WHERE x.scope_hash = k.h \
+                                            ORDER BY x.created_at DESC, x.id DESC LIMIT 1) \
+             LEFT JOIN effects a ON a.id = (SELECT y.effect_id FROM effect_aliases y WHERE y.alias_hash = k.h)",
+            indexed = EFFECT_VIEW_COLS,
+            latest = EFFECT_VIEW_COLS.replace("e.", "l."),
+            aliased = EFFECT_VIEW_COLS.replace("e.", "a."),
         )
-        .await?;
+    })
+}
+
+/// The view from the rows of its statement.
+pub(crate) fn read(scope: &Scope, req: &DecideRequest, rows: &[Row]) -> Result<PriorView> {
+    let now = ms(req.now);
     let row = rows
         .first()
         .ok_or_else(|| StoreError::corrupt("the key look-up returned no row"))?;

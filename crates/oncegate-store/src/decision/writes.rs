@@ -34,6 +34,54 @@ pub(super) async fn apply<T: Tx + Send>(
     view: &PriorView,
     decision: Decision,
 ) -> Result<Option<DecideOutcome>> {
+    let prepared = prepare(scope, req, view, decision)?;
+    let applied = match tx
+        .write_decision(prepared.head.as_ref(), &prepared.writes)
+        .await
+    {
+        Ok(applied) => applied,
+        // The proof's primary key: another transaction decided this delivery concurrently.
+        // Nothing of this attempt was kept.
+        Err(e) => return Err(prepared.refused(e)),
+    };
+    Ok(applied.then_some(prepared.outcome))
+}
+
+/// A decision's writes, ready to run (`Tx::write_decision`), and its answer once they did.
+pub(crate) struct Prepared {
+    /// The conditional write that settles a race, if the plan has one.
+    pub head: Option<Statement>,
+    /// Everything else, kept only if the head changed a row.
+    pub writes: Vec<Statement>,
+    /// What the decision answers once its writes committed.
+    pub outcome: DecideOutcome,
+    delivery: DeliveryId,
+}
+
+impl Prepared {
+    /// The error of a decision whose writes were refused: a conflict is the proof's primary
+    /// key, so another transaction decided this delivery first.
+    pub fn refused(&self, e: StoreError) -> StoreError {
+        match e {
+            StoreError::Conflict(_) => already_decided(&self.delivery),
+            e => e,
+        }
+    }
+
+    /// What the head locks (the key's index slot, or the effect taken over), so a backend
+    /// writing several decisions in one transaction can take their locks in one order.
+    pub fn lock_key(&self) -> Option<&Value> {
+        self.head.as_ref().and_then(|(_, params)| params.first())
+    }
+}
+
+/// What a decision writes and answers, without running it.
+pub(crate) fn prepare(
+    scope: &Scope,
+    req: &DecideRequest,
+    view: &PriorView,
+    decision: Decision,
+) -> Result<Prepared> {
     let now = ms(req.now);
     let event_type = event_type_of(scope, req);
     let key = req.key.as_ref();
@@ -220,30 +268,24 @@ pub(super) async fn apply<T: Tx + Send>(
                 text(req.details_json.as_str()),
             ],
     ));
-    let applied = match tx.write_decision(head.as_ref(), &writes).await {
-        Ok(applied) => applied,
-        // The proof's primary key: another transaction decided this delivery concurrently.
-        // Nothing of this attempt was kept.
-        Err(StoreError::Conflict(_)) => return Err(already_decided(&req.delivery)),
-        Err(e) => return Err(e),
-    };
-    if !applied {
-        return Ok(None);
-    }
-
     let existing_result = if decision.action == Action::Ignore {
         plan::existing_result(view)
     } else {
         None
     };
-    Ok(Some(DecideOutcome {
-        prior: view.prior,
-        transport: view.transport,
-        effect,
-        reservation,
-        reference_delivery: reference,
-        existing_result,
-        queue_item,
-        decision,
-    }))
+    Ok(Prepared {
+        head,
+        writes,
+        outcome: DecideOutcome {
+            prior: view.prior,
+            transport: view.transport,
+            effect,
+            reservation,
+            reference_delivery: reference,
+            existing_result,
+            queue_item,
+            decision,
+        },
+        delivery: req.delivery.clone(),
+    })
 }

@@ -50,7 +50,7 @@ impl<'c, C: Session> Executor<'c, C> {
     }
 }
 
-fn as_sql(v: &Value) -> &(dyn ToSql + Sync) {
+pub(super) fn as_sql(v: &Value) -> &(dyn ToSql + Sync) {
     match v {
         Value::Text(s) => s,
         Value::Int(i) => i,
@@ -59,7 +59,7 @@ fn as_sql(v: &Value) -> &(dyn ToSql + Sync) {
     }
 }
 
-fn cells(row: &tokio_postgres::Row) -> Result<Row> {
+pub(super) fn cells(row: &tokio_postgres::Row) -> Result<Row> {
     let bad = |e| pg_err(e);
     let mut out = Vec::with_capacity(row.len());
     for (i, column) in row.columns().iter().enumerate() {
@@ -196,7 +196,10 @@ impl<C: Session> Tx for Executor<'_, C> {
 /// head becomes `INSERT … SELECT … FROM h`, an `UPDATE … WHERE …` gains `AND EXISTS (SELECT 1
 /// FROM h)`. The parts of one statement share a snapshot and do not see one another's rows,
 /// which is why they depend on the head through `h` and never by reading its table.
-fn chained(head: Option<&Statement>, rest: &[Statement]) -> Result<(String, Vec<Value>)> {
+pub(super) fn chained(
+    head: Option<&Statement>,
+    rest: &[Statement],
+) -> Result<(String, Vec<Value>)> {
     let mut sql = String::from("WITH ");
     let mut params: Vec<Value> = Vec::new();
     if let Some((head_sql, head_params)) = head {

@@ -14,7 +14,7 @@ type Result<T> = std::result::Result<T, StoreError>;
 /// How often a transaction is restarted after serialization failures before giving up.
 /// Under `SERIALIZABLE` (CockroachDB, YugabyteDB, or a PostgreSQL configured so) concurrent
 /// claimers and deciders abort one another routinely, so there is room for many attempts.
-const MAX_TX_ATTEMPTS: usize = 16;
+pub(super) const MAX_TX_ATTEMPTS: usize = 16;
 
 /// Runs `attempt` until it does not lose a serialization race: a failure with SQLSTATE 40001
 /// (serialization failure) or 40P01 (deadlock) runs it again from the start, after a jittered
@@ -41,7 +41,7 @@ where
 /// The pause before attempt `attempt + 1` of a transaction that lost a serialization race:
 /// exponential from 1 ms, capped at 64 ms, with full jitter so the losers of one collision do
 /// not collide again in lock step.
-async fn retry_pause(attempt: usize) {
+pub(super) async fn retry_pause(attempt: usize) {
     let cap_us = 1_000u64 << attempt.min(6);
     // The ULID's random part is the jitter source the store already has.
     let jitter = (ulid::Ulid::new().random() as u64) % cap_us.max(1);

@@ -10,7 +10,7 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::executor::SqliteTx;
-use super::sqlite_err;
+use super::{control, sqlite_err};
 use crate::error::StoreError;
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -112,7 +112,7 @@ fn short_cause(e: rusqlite::Error) -> String {
 }
 
 fn run_batch(conn: &mut Connection, mut batch: Vec<Box<dyn WriteJob>>) {
-    let mut failure: Option<String> = conn.execute_batch("BEGIN IMMEDIATE").err().map(short_cause);
+    let mut failure: Option<String> = control(conn, "BEGIN IMMEDIATE").err().map(short_cause);
     if failure.is_none() {
         for job in batch.iter_mut() {
             // Some errors (a full disk, an I/O error) make SQLite roll the whole transaction
@@ -122,15 +122,15 @@ fn run_batch(conn: &mut Connection, mut batch: Vec<Box<dyn WriteJob>>) {
                 failure = Some("the transaction was aborted by the database".to_owned());
                 break;
             }
-            if let Err(e) = conn.execute_batch("SAVEPOINT item") {
+            if let Err(e) = control(conn, "SAVEPOINT item") {
                 failure = Some(short_cause(e));
                 break;
             }
             let keep = job.run(conn);
             let end = if keep {
-                conn.execute_batch("RELEASE item")
+                control(conn, "RELEASE item")
             } else {
-                conn.execute_batch("ROLLBACK TO item; RELEASE item")
+                control(conn, "ROLLBACK TO item").and_then(|()| control(conn, "RELEASE item"))
             };
             if let Err(e) = end {
                 failure = Some(short_cause(e));
@@ -139,10 +139,10 @@ fn run_batch(conn: &mut Connection, mut batch: Vec<Box<dyn WriteJob>>) {
         }
     }
     if failure.is_none() {
-        failure = conn.execute_batch("COMMIT").err().map(short_cause);
+        failure = control(conn, "COMMIT").err().map(short_cause);
     }
     if failure.is_some() && !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
+        let _ = control(conn, "ROLLBACK");
     }
     for job in batch {
         job.answer(failure.as_deref());

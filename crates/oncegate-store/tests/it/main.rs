@@ -5,6 +5,7 @@
 //! the suite checks the store the way the service will use it. Time is passed in, never read.
 
 mod aliases;
+mod batches;
 mod forwards;
 mod harness;
 mod privileges;
@@ -133,6 +134,15 @@ mod safety_on {
         purge_removes_old_breaker_counters,
         a_transport_ignore_points_at_the_effects_first_delivery,
         report_rows_are_per_tenant,
+    );
+}
+
+/// Group commit, as `batches_on::{sqlite,postgres,postgres_serializable}::<name>`.
+mod batches_on {
+    conformance_of!(
+        batches;
+        concurrent_callers_share_commits_and_keep_one_winner_per_key,
+        a_member_that_fails_fails_alone,
     );
 }
 

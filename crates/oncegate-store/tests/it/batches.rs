@@ -1,0 +1,309 @@
+//! Group commit, on every backend: concurrent callers' journal entries, decisions and completes
+//! share transactions (SQLite's writer, PostgreSQL's batches), yet every key keeps exactly one
+//! winner, every answer is given only once its writes are visible to another connection, and a
+//! member that fails on its own fails alone.
+
+use std::sync::Arc;
+
+use oncegate_core::ids::DeliveryId;
+use oncegate_core::matrix::Confidence;
+use oncegate_core::matrix::{Action, Prior};
+use oncegate_store::{
+    DecideOutcome, DecideRequest, EffectKey, EffectState, Horizon, NewReception, ResourceScope,
+    Store, StoreError, StrategyRef, TransportKey, TransportStrength,
+};
+use time::{Duration, OffsetDateTime};
+
+use crate::harness::{strong_critical, Backend, Kind};
+
+fn t0() -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap()
+}
+
+fn reception(n: usize) -> NewReception {
+    NewReception {
+        tenant: "acme".to_owned(),
+        provider: "stripe".to_owned(),
+        env: "live".to_owned(),
+        event_type: Some("refund.created".to_owned()),
+        received_at: t0(),
+        size: 10,
+        body_sha256: format!("body-{n}"),
+        headers_json: "{}".to_owned(),
+        payload: Some(format!("payload-{n}").into_bytes()),
+        transport_key: Some(TransportKey {
+            value: format!("evt_{n}"),
+            strength: TransportStrength::Strong,
+        }),
+        correlation_id: None,
+    }
+}
+
+/// A request for delivery `n` under `key`; its `delivery` is filled in by the store when it
+/// journals and decides in one call.
+fn request(n: usize, key: &str, details: &str) -> DecideRequest {
+    DecideRequest {
+        delivery: DeliveryId::from_u128(0),
+        event_type: Some("refund.created".to_owned()),
+        key: Some(EffectKey {
+            strategy: StrategyRef {
+                name: "refund_ref".to_owned(),
+                version: 1,
+                level: "business_ref".to_owned(),
+            },
+            value: key.to_owned(),
+            scope: Default::default(),
+            confidence: Confidence::Strong,
+            horizon: Horizon::For(Duration::days(3)),
+            discriminants: [("amount".to_owned(), "1000".to_owned())]
+                .into_iter()
+                .collect(),
+        }),
+        lease: Duration::seconds(30),
+        details_json: details.to_owned(),
+        now: t0(),
+        resource: Some(format!("pay_{n}")),
+        critical: true,
+    }
+}
+
+/// Delivery `n` journaled and decided: in one call for even `n`, in two for odd `n` (so both
+/// paths share batches). The error is the decision's, once the delivery was journaled.
+async fn receive(
+    store: &Arc<dyn Store>,
+    n: usize,
+    key: &str,
+    details: &str,
+) -> (DeliveryId, Result<DecideOutcome, StoreError>) {
+    if n.is_multiple_of(2) {
+        store
+            .journal_and_decide(reception(n), request(n, key, details), &strong_critical)
+            .await
+            .expect("journaled")
+    } else {
+        let id = store.journal(reception(n)).await.expect("journaled");
+        let req = DecideRequest {
+            delivery: id.clone(),
+            ..request(n, key, details)
+        };
+        (id.clone(), store.decide(req, &strong_critical).await)
+    }
+}
+
+/// What another connection reads of a delivery right after its caller was answered: its proof's
+/// action and, for `process`, the reserved effect's state.
+async fn seen_elsewhere(
+    other: &Arc<dyn Store>,
+    id: &DeliveryId,
+    outcome: &DecideOutcome,
+) -> (Option<Action>, Option<EffectState>) {
+    let action = other
+        .proof(id)
+        .await
+        .expect("read the proof")
+        .map(|p| p.action);
+    let state = match &outcome.reservation {
+        Some(r) => other
+            .effect(&r.effect)
+            .await
+            .expect("read the effect")
+            .map(|e| e.state),
+        None => None,
+    };
+    (action, state)
+}
+
+const DISTINCT: usize = 64;
+const HOT: usize = 16;
+
+pub async fn concurrent_callers_share_commits_and_keep_one_winner_per_key(b: &Backend) {
+    let store = b.open().await;
+    // A second store: its own connections, so what it reads has been committed.
+    let other = b.open().await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(DISTINCT + HOT));
+    let mut tasks = Vec::new();
+    for n in 0..DISTINCT + HOT {
+        let (store, other, barrier) = (store.clone(), other.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            let key = if n < DISTINCT {
+                format!("re_{n}")
+            } else {
+                "re_hot".to_owned()
+            };
+            barrier.wait().await;
+            let (id, decided) = receive(&store, n, &key, "{}").await;
+            let outcome = decided.expect("decided");
+            let seen = seen_elsewhere(&other, &id, &outcome).await;
+            (n, id, outcome, seen)
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for t in tasks {
+        outcomes.push(t.await.expect("a caller"));
+    }
+    for (n, _, outcome, seen) in &outcomes {
+        // The answer left after the commit: another connection sees what it says.
+        let expected_state = outcome.reservation.as_ref().map(|_| EffectState::Reserved);
+        assert_eq!(
+            seen,
+            &(Some(outcome.decision.action), expected_state),
+            "delivery {n}"
+        );
+        if *n < DISTINCT {
+            assert_eq!(outcome.decision.action, Action::Process, "delivery {n}");
+            assert_eq!(
+                outcome.reservation.as_ref().map(|r| r.fencing_token),
+                Some(1)
+            );
+        }
+    }
+    let hot: Vec<_> = outcomes.iter().filter(|(n, ..)| *n >= DISTINCT).collect();
+    let winners: Vec<_> = hot
+        .iter()
+        .filter(|(_, _, o, _)| o.decision.action == Action::Process)
+        .collect();
+    assert_eq!(winners.len(), 1, "one winner for the hot key");
+    let effect = winners[0].2.effect.clone().expect("the winner's effect");
+    for (n, _, o, _) in &hot {
+        if o.decision.action != Action::Process {
+            assert_eq!(o.decision.action, Action::Ignore, "hot delivery {n}");
+            assert_eq!(o.prior, Prior::InProgress, "hot delivery {n}");
+            assert_eq!(o.effect.as_ref(), Some(&effect), "hot delivery {n}");
+        }
+    }
+    let linked = other
+        .effect(&effect)
+        .await
+        .unwrap()
+        .expect("the hot effect");
+    assert_eq!(
+        linked.deliveries.len(),
+        HOT,
+        "every hot delivery linked once"
+    );
+
+    // Every holder completes at once, with one stale token among them: it alone is refused.
+    let reservations: Vec<_> = outcomes
+        .iter()
+        .filter_map(|(_, _, o, _)| o.reservation.clone())
+        .collect();
+    let stale = reservations[0].clone();
+    let mut tasks = Vec::new();
+    for (i, r) in reservations.iter().cloned().enumerate() {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            store
+                .complete(&r.effect, r.fencing_token, &format!("{{\"n\":{i}}}"), t0())
+                .await
+        }));
+    }
+    let stale_try = {
+        let store = store.clone();
+        let stale = stale.clone();
+        tokio::spawn(async move {
+            store
+                .complete(&stale.effect, stale.fencing_token + 1, "{}", t0())
+                .await
+        })
+    };
+    for t in tasks {
+        t.await.unwrap().expect("the holder completes");
+    }
+    assert!(
+        matches!(
+            stale_try.await.unwrap(),
+            Err(StoreError::StaleToken {
+                current: 1,
+                presented: 2,
+                ..
+            })
+        ),
+        "a token the effect never had is stale"
+    );
+    for r in &reservations {
+        let e = other.effect(&r.effect).await.unwrap().expect("the effect");
+        assert_eq!(e.state, EffectState::Completed);
+    }
+    drop((store, other));
+}
+
+/// Makes the proof of a decision whose details are `{"poison":true}` fail, as a constraint
+/// added under a running service would.
+async fn poison(b: &Backend) {
+    match b.kind {
+        Kind::Sqlite => {
+            let path = b.url.trim_start_matches("sqlite://");
+            let conn = rusqlite::Connection::open(path).expect("open the test file");
+            conn.execute_batch(
+                "CREATE TRIGGER poison BEFORE INSERT ON proofs WHEN NEW.details = '{\"poison\":true}' \
+                 BEGIN SELECT RAISE(ABORT, 'poisoned'); END;",
+            )
+            .expect("create the trigger");
+        }
+        Kind::Postgres => {
+            oncegate_store::testing::pg_admin(&b.url)
+                .await
+                .batch_execute(
+                    "ALTER TABLE proofs ADD CONSTRAINT poison CHECK (details <> '{\"poison\":true}')",
+                )
+                .await
+                .expect("add the constraint");
+        }
+    }
+}
+
+const MEMBERS: usize = 32;
+
+pub async fn a_member_that_fails_fails_alone(b: &Backend) {
+    let store = b.open().await;
+    poison(b).await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(MEMBERS));
+    let mut tasks = Vec::new();
+    for n in 0..MEMBERS {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            // Two poisoned members, one through each path.
+            let details = if n == 6 || n == 11 {
+                r#"{"poison":true}"#
+            } else {
+                "{}"
+            };
+            barrier.wait().await;
+            let (id, decided) = receive(&store, n, &format!("re_{n}"), details).await;
+            (n, id, decided)
+        }));
+    }
+    for t in tasks {
+        let (n, id, decided) = t.await.expect("a caller");
+        // Journaled either way: every reception is.
+        assert!(
+            store.delivery(&id).await.unwrap().is_some(),
+            "delivery {n} is journaled"
+        );
+        let scope = ResourceScope {
+            tenant: "acme".into(),
+            provider: "stripe".into(),
+            env: "live".into(),
+            event_type: "refund.created".into(),
+            resource: format!("pay_{n}"),
+        };
+        let effects = store.resource_effects(&scope).await.unwrap();
+        if n == 6 || n == 11 {
+            assert!(decided.is_err(), "delivery {n} was poisoned: {decided:?}");
+            assert!(store.proof(&id).await.unwrap().is_none(), "delivery {n}");
+            assert!(
+                effects.is_empty(),
+                "nothing of delivery {n}'s decision is kept"
+            );
+        } else {
+            let outcome = decided.unwrap_or_else(|e| panic!("delivery {n}: {e}"));
+            assert_eq!(outcome.decision.action, Action::Process, "delivery {n}");
+            // Decided once: one proof, one effect, one link, however often its batch ran.
+            assert!(store.proof(&id).await.unwrap().is_some(), "delivery {n}");
+            assert_eq!(effects.len(), 1, "delivery {n}");
+            let effect = store.effect(&effects[0].id).await.unwrap().unwrap();
+            assert_eq!(effect.deliveries.len(), 1, "delivery {n}");
+        }
+    }
+    drop(store);
+}
