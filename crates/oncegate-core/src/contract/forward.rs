@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{is_loopback, At, Checker, SecretSource};
+use super::check::{is_loopback, At, Checker};
+use super::SecretSource;
 
 /// Where and how the effects of a type are forwarded to the consumer's endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]

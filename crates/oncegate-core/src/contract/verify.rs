@@ -4,7 +4,8 @@
 
 use serde::Deserialize;
 
-use super::{is_loopback, At, Checker, SecretSource};
+use super::check::{is_loopback, At, Checker};
+use super::SecretSource;
 
 /// Where the consumer says whether an effect ran: `GET url` answers
 /// `{"applied": true, "result": {…}}` or `{"applied": false}`.
