@@ -197,10 +197,9 @@ pub(crate) fn authenticate(
     r: &Reception,
     provider: Option<&Provider>,
 ) -> Result<Caller, Refusal> {
-    let unauthorized = |kind: RefusalKind, f: String| Refusal::new(kind, f);
     match state.tokens.bearer(headers) {
         Err(e) => {
-            return Err(unauthorized(
+            return Err(Refusal::new(
                 RefusalKind::Unauthorized,
                 lowercase_first(&e.message),
             ))
@@ -216,7 +215,7 @@ pub(crate) fn authenticate(
                 ));
             }
             if !caller.sees(r.tenant()) {
-                return Err(unauthorized(
+                return Err(Refusal::new(
                     RefusalKind::Unauthorized,
                     format!(
                         "the bearer token is not allowed to post for tenant {:?}",
@@ -229,7 +228,7 @@ pub(crate) fn authenticate(
         Ok(None) => {}
     }
     if provider.and_then(|p| p.signature.as_ref()).is_none() {
-        return Err(unauthorized(
+        return Err(Refusal::new(
             RefusalKind::Unauthorized,
             "the delivery carries no bearer token and the provider has no signature scheme in the contract".to_owned(),
         ));

@@ -81,6 +81,7 @@ pub struct OnceLayer {
     config: Arc<LayerConfig>,
 }
 
+#[derive(Clone)]
 struct LayerConfig {
     gate: Gate,
     tenant: String,
@@ -122,19 +123,9 @@ impl OnceLayer {
         self.with(|c| c.trusted = true)
     }
 
-    fn with(self, change: impl FnOnce(&mut LayerConfig)) -> OnceLayer {
-        let mut c = Arc::try_unwrap(self.config).unwrap_or_else(|shared| LayerConfig {
-            gate: shared.gate.clone(),
-            tenant: shared.tenant.clone(),
-            provider: shared.provider.clone(),
-            env: shared.env.clone(),
-            secrets: shared.secrets.clone(),
-            trusted: shared.trusted,
-        });
-        change(&mut c);
-        OnceLayer {
-            config: Arc::new(c),
-        }
+    fn with(mut self, change: impl FnOnce(&mut LayerConfig)) -> OnceLayer {
+        change(Arc::make_mut(&mut self.config));
+        self
     }
 }
 

@@ -61,10 +61,6 @@ impl AppState {
     pub fn now(&self) -> OffsetDateTime {
         self.gate.now()
     }
-
-    pub fn lease_time(&self) -> time::Duration {
-        to_time(self.gate.lease())
-    }
 }
 
 /// The engine's part of the service's config.
@@ -77,8 +73,4 @@ pub(crate) fn gate_config(config: &ServiceConfig) -> GateConfig {
         breaker_window: config.breaker_window,
         clock: config.clock.clone(),
     }
-}
-
-pub(crate) fn to_time(d: Duration) -> time::Duration {
-    time::Duration::try_from(d).unwrap_or(time::Duration::MAX)
 }

@@ -189,7 +189,8 @@ impl Gate {
         &self.0.forward_wake
     }
 
-    pub(crate) fn lease_time(&self) -> time::Duration {
+    /// The lease of a `process` reservation, as the store takes it.
+    pub fn lease_time(&self) -> time::Duration {
         to_time(self.0.lease)
     }
 

@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 use super::ApiJson;
 use crate::auth::Role;
 use crate::error::ApiError;
-use crate::state::{to_time, AppState};
+use crate::state::AppState;
 use crate::wire::{ClaimItemBody, ClaimListBody, ClaimRequest, ErrorBody, ReservationBody};
 
 const MAX_CLAIM: u32 = 100;
@@ -38,14 +38,14 @@ pub(crate) async fn claim(
         .require(&headers, &[Role::Ingest, Role::Admin])?;
     let limit = req.limit.unwrap_or(1).clamp(1, MAX_CLAIM);
     let lease = match req.lease_seconds {
-        None => state.lease_time(),
+        None => state.gate.lease_time(),
         Some(0) => {
             return Err(ApiError::bad_request(
                 "invalid_request",
                 "lease_seconds must be at least 1.",
             ))
         }
-        Some(s) => to_time(std::time::Duration::from_secs(s.min(24 * 3600))),
+        Some(s) => time::Duration::seconds(s.min(24 * 3600) as i64),
     };
     let worker = req
         .worker
