@@ -178,13 +178,72 @@ impl Breaker {
     }
 }
 
-/// What recording one match did.
+/// What recording a tally of matches did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BreakerRecord {
-    /// The breaker after this match, with the window's counts.
+    /// The breaker after these matches, with the window's counts.
     pub breaker: Breaker,
-    /// True for exactly one recorder: the one whose match opened it.
+    /// True for exactly one recorder: the one whose matches opened it.
     pub opened_now: bool,
+}
+
+/// Key matches of one strategy scope, counted together in one write, in the order they were
+/// decided (whether each was a collision). Recorded as a whole, they trip the breaker exactly
+/// when one of them recorded alone would have: the rule is checked after each match in turn.
+///
+/// ```
+/// use oncegate_store::BreakerTally;
+///
+/// let mut tally = BreakerTally::one(false);
+/// tally.push(true);
+/// assert_eq!((tally.matches(), tally.collisions()), (2, 1));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BreakerTally {
+    collisions: Vec<bool>,
+}
+
+impl BreakerTally {
+    /// One match; `collision` when it was quarantined.
+    pub fn one(collision: bool) -> BreakerTally {
+        BreakerTally {
+            collisions: vec![collision],
+        }
+    }
+
+    /// Counts one more match after those already in the tally.
+    pub fn push(&mut self, collision: bool) {
+        self.collisions.push(collision);
+    }
+
+    /// How many matches the tally holds.
+    pub fn matches(&self) -> u64 {
+        self.collisions.len() as u64
+    }
+
+    /// How many of them were collisions.
+    pub fn collisions(&self) -> u64 {
+        self.collisions.iter().filter(|c| **c).count() as u64
+    }
+
+    /// Whether no match is in the tally.
+    pub fn is_empty(&self) -> bool {
+        self.collisions.is_empty()
+    }
+
+    /// The window's counts at the first match that trips `rule`, the window holding `before`
+    /// (matches, collisions) until this tally; `None` when none does.
+    fn trips_at(&self, rule: &BreakerRule, before: (u64, u64)) -> Option<(u64, u64)> {
+        let (mut matches, mut collisions) = before;
+        for collision in &self.collisions {
+            matches += 1;
+            collisions += u64::from(*collision);
+            if rule.trips(matches, collisions) {
+                return Some((matches, collisions));
+            }
+        }
+        None
+    }
 }
 
 fn scope_params(s: &BreakerScope) -> Vec<Value> {
@@ -267,12 +326,12 @@ async fn stored<T: Tx + Send>(tx: &mut T, scope: &BreakerScope) -> Result<Option
     rows.first().map(breaker_from).transpose()
 }
 
-/// Counts one key match (and whether it was a collision) and opens the breaker when the
-/// window's counts trip the rule.
+/// Counts a tally of key matches (and which were collisions) and opens the breaker when the
+/// window's counts trip the rule at one of them.
 pub(crate) async fn record<T: Tx + Send>(
     tx: &mut T,
     scope: &BreakerScope,
-    collision: bool,
+    tally: &BreakerTally,
     rule: &BreakerRule,
     now: OffsetDateTime,
 ) -> Result<BreakerRecord> {
@@ -281,7 +340,11 @@ pub(crate) async fn record<T: Tx + Send>(
     let bucket = now_ms - now_ms.rem_euclid(bucket_ms);
     let cutoff = rule.cutoff(now);
     let mut add = scope_params(scope);
-    add.extend([int(bucket), int(i64::from(collision))]);
+    add.extend([
+        int(bucket),
+        int(tally.matches() as i64),
+        int(tally.collisions() as i64),
+    ]);
     let mut expire = scope_params(scope);
     // A bucket wholly before the window never counts again.
     expire.push(int(cutoff.saturating_sub(bucket_ms)));
@@ -316,9 +379,9 @@ pub(crate) async fn record<T: Tx + Send>(
     let rows = tx
         .query(
             "INSERT INTO breaker_counts (provider, env, event_type, strategy_name, strategy_version, bucket, matches, collisions) \
-             VALUES ($1, $2, $3, $4, $5, $6, 1, $7) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
              ON CONFLICT (provider, env, event_type, strategy_name, strategy_version, bucket) \
-             DO UPDATE SET matches = breaker_counts.matches + 1, collisions = breaker_counts.collisions + excluded.collisions \
+             DO UPDATE SET matches = breaker_counts.matches + excluded.matches, collisions = breaker_counts.collisions + excluded.collisions \
              RETURNING matches, collisions",
             &add,
         )
@@ -328,8 +391,12 @@ pub(crate) async fn record<T: Tx + Send>(
         .ok_or_else(|| StoreError::corrupt("a breaker count returned no row"))?;
     let matches = (earlier_matches + row.int(0)?).max(0) as u64;
     let collisions = (earlier_collisions + row.int(1)?).max(0) as u64;
+    let before = (
+        matches.saturating_sub(tally.matches()),
+        collisions.saturating_sub(tally.collisions()),
+    );
     let mut opened_now = false;
-    if rule.trips(matches, collisions) {
+    if let Some((matches, collisions)) = tally.trips_at(rule, before) {
         let reason = format!(
             "{collisions} of the last {matches} key matches of {} on {}/{}/{} were collisions ({:.2} %), over the threshold of {:.2} % (minimum sample {}).",
             scope.strategy_label(),

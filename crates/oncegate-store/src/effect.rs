@@ -291,6 +291,17 @@ pub(crate) async fn read<T: Tx + Send>(tx: &mut T, id: &EffectId) -> Result<Opti
     Ok(Some(record))
 }
 
+/// The effect's tenant, without its record or its links.
+pub(crate) async fn tenant<T: Tx + Send>(tx: &mut T, id: &EffectId) -> Result<Option<String>> {
+    let rows = tx
+        .query(
+            "SELECT tenant FROM effects WHERE id = $1",
+            &[text(id.as_str())],
+        )
+        .await?;
+    rows.first().map(|row| row.text(0)).transpose()
+}
+
 /// After a guarded update changed nothing: says why, from the effect as it stands.
 pub(crate) async fn refusal<T: Tx + Send>(
     tx: &mut T,

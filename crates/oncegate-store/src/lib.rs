@@ -52,7 +52,7 @@ pub mod testing;
 mod wakeup;
 
 pub use alias::{MigrationSource, NewAlias};
-pub use breaker::{Breaker, BreakerRecord, BreakerRule, BreakerScope, BreakerState};
+pub use breaker::{Breaker, BreakerRecord, BreakerRule, BreakerScope, BreakerState, BreakerTally};
 pub use decision::{
     DecideOutcome, DecideRequest, EffectKey, Horizon, KeyScope, PriorEffect, PriorView,
     ProofRecord, Reservation, StrategyRef,
@@ -211,6 +211,10 @@ pub trait Store: Send + Sync {
     /// The effect with every delivery linked to it.
     async fn effect(&self, id: &EffectId) -> Result<Option<EffectRecord>, StoreError>;
 
+    /// The tenant of an effect, in one look-up (what a holder's call checks its caller
+    /// against); `None` when no such effect exists.
+    async fn effect_tenant(&self, id: &EffectId) -> Result<Option<String>, StoreError>;
+
     /// Deliveries matching the filter, newest first, without their bodies.
     async fn deliveries(&self, filter: &DeliveryFilter)
         -> Result<Vec<DeliverySummary>, StoreError>;
@@ -323,13 +327,14 @@ pub trait Store: Send + Sync {
         dry_run: bool,
     ) -> Result<PurgeCounts, StoreError>;
 
-    /// Counts one key match of a strategy (a decision whose prior was not `None`) in its
-    /// breaker's rolling window, `collision` when it was quarantined, and opens the breaker
-    /// when the window trips `rule`; `opened_now` is true for exactly one caller.
+    /// Counts key matches of a strategy (decisions whose prior was not `None`; a collision
+    /// when one was quarantined) in its breaker's rolling window, in one write, and opens the
+    /// breaker when the window trips `rule` at one of them; `opened_now` is true for exactly
+    /// one caller.
     async fn breaker_record(
         &self,
         scope: &BreakerScope,
-        collision: bool,
+        tally: &BreakerTally,
         rule: &BreakerRule,
         now: OffsetDateTime,
     ) -> Result<BreakerRecord, StoreError>;

@@ -27,6 +27,7 @@ macro_rules! store_impl {
             read delivery(id: &DeliveryId) -> Option<DeliveryRecord> = delivery::read(id);
             read proof(id: &DeliveryId) -> Option<ProofRecord> = decision::proof(id);
             read effect(id: &EffectId) -> Option<EffectRecord> = effect::read(id);
+            read effect_tenant(id: &EffectId) -> Option<String> = effect::tenant(id);
             read deliveries(filter: &DeliveryFilter) -> Vec<DeliverySummary>
                 = delivery::list(filter);
             read queue_list(filter: &QueueFilter) -> Vec<QueueItem> = queue::list(filter);
@@ -59,8 +60,8 @@ macro_rules! store_impl {
             write(!dry_run) purge(policy: &PurgePolicy, now: OffsetDateTime, dry_run: bool)
                 -> PurgeCounts = retention::purge(policy, now);
             write breaker_record(
-                scope: &BreakerScope, collision: bool, rule: &BreakerRule, now: OffsetDateTime
-            ) -> BreakerRecord = breaker::record(scope, collision, rule, now);
+                scope: &BreakerScope, tally: &BreakerTally, rule: &BreakerRule, now: OffsetDateTime
+            ) -> BreakerRecord = breaker::record(scope, tally, rule, now);
             read breaker(scope: &BreakerScope, rule: &BreakerRule, now: OffsetDateTime)
                 -> Breaker = breaker::read(scope, rule, now);
             read breakers(rule: &BreakerRule, now: OffsetDateTime) -> Vec<Breaker>
@@ -107,7 +108,7 @@ macro_rules! store_impl {
             use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
             use time::{Duration, OffsetDateTime};
             use $crate::alias::{MigrationSource, NewAlias};
-            use $crate::breaker::{Breaker, BreakerRecord, BreakerRule, BreakerScope};
+            use $crate::breaker::{Breaker, BreakerRecord, BreakerRule, BreakerScope, BreakerTally};
             use $crate::decision::ProofRecord;
             use $crate::delivery::{
                 DeliveryFilter, DeliveryRecord, DeliverySummary, TenantFilter,

@@ -144,20 +144,6 @@ impl PgStore {
             .wait_timeout(Some(POOL_TIMEOUT))
             .create_timeout(Some(POOL_TIMEOUT))
             .recycle_timeout(Some(POOL_TIMEOUT))
-            .post_create(deadpool_postgres::Hook::async_fn(|client, _| {
-                Box::pin(async move {
-                    // Every statement is prepared once per connection, and after five runs
-                    // PostgreSQL may switch it to a generic plan, blind to the values bound; the
-                    // decision's view (one statement of several joins) then ran far slower
-                    // (measured: half the decisions per second under the load bench's mix, the
-                    // p99 three times longer). A server without the setting (before
-                    // PostgreSQL 12) keeps its default.
-                    let _ = client
-                        .batch_execute("SET plan_cache_mode = force_custom_plan")
-                        .await;
-                    Ok(())
-                })
-            }))
             .build()
             .map_err(|e| {
                 StoreError::Config(format!("the PostgreSQL pool could not be built: {e}"))

@@ -166,6 +166,7 @@ pub(crate) fn sqlite() -> Vec<(i64, String)> {
         ),
         (5, QUEUE_PAGES.to_owned()),
         (6, crate::forward::SCHEMA_V6.to_owned()),
+        (7, LEANER_INDEXES.to_owned()),
     ]
 }
 
@@ -181,8 +182,32 @@ pub(crate) fn postgres() -> Vec<(i64, String)> {
         ),
         (5, QUEUE_PAGES.to_owned()),
         (6, crate::forward::SCHEMA_V6.to_owned()),
+        (7, LEANER_INDEXES.to_owned()),
     ]
 }
+
+/// Version 7: fewer index entries per delivery, and index choices that cannot go wrong.
+///
+/// - A delivery's transport key is looked up only when it is strong (the decision's view), so
+///   only strong keys are indexed, the key first: under a plan made for any value (PostgreSQL's
+///   generic plans, made once per connection, possibly while the table is still empty) the
+///   `(tenant, …)` index also fitted that look-up and was picked over it, scanning every
+///   delivery of the tenant on each decision (measured: 1.9 ms a decision instead of 40 µs
+///   after 15 000 deliveries).
+/// - Only deliveries with a correlation id, and only index slots with an expiry, are indexed
+///   by them: the look-ups by correlation id and the purge of expired slots never ask for the
+///   others.
+/// - The reconciler's list of open items, in its own order, is read from an index instead of
+///   sorting every open item on each pass.
+const LEANER_INDEXES: &str = "\
+DROP INDEX IF EXISTS deliveries_transport;
+CREATE INDEX IF NOT EXISTS deliveries_strong_transport ON deliveries (transport_key, tenant, provider, env) WHERE transport_strength = 'strong';
+DROP INDEX IF EXISTS deliveries_correlation;
+CREATE INDEX IF NOT EXISTS deliveries_correlation_id ON deliveries (correlation_id) WHERE correlation_id IS NOT NULL;
+DROP INDEX IF EXISTS effect_index_expiry;
+CREATE INDEX IF NOT EXISTS effect_index_expires ON effect_index (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS queue_reconcile_order ON queue_items ((COALESCE(last_attempt_at, 0)), created_at, id) WHERE kind IN ('reconcile', 'quarantine') AND status = 'open';
+";
 
 /// Version 5: the queue listed in its own order whatever the status. `(status, created_at)`
 /// serves the open (or resolved) tab; a listing of every status, paged on `(created_at, id)`,

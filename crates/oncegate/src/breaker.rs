@@ -7,9 +7,24 @@
 //! decision wide and accepted on purpose: the breaker is a statistical safety net over many
 //! matches, and reading it inside the transaction would serialize every decision of a strategy
 //! on one row.
+//!
+//! Counting is grouped: every match of a strategy is one more count on the same stored row, so
+//! counted one transaction each, matches queue on that row's lock, one commit after the other
+//! (measured on PostgreSQL: 2.5 ms per count under load, the largest single cost of a delivery).
+//! The matches waiting while a count is written are written together in the next one
+//! ([`Tallies`]), and each caller returns once the write holding its match committed, so the
+//! next decision reads a breaker its match may have opened, as before.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use tokio::sync::oneshot;
 
 use oncegate_core::matrix::{Action, Prior};
-use oncegate_store::{BreakerRule, BreakerScope, DecideOutcome, StrategyRef};
+use oncegate_store::{
+    BreakerRecord, BreakerRule, BreakerScope, BreakerTally, DecideOutcome, StoreError, StrategyRef,
+};
 
 use crate::gate::Gate;
 
@@ -51,18 +66,103 @@ pub(crate) async fn is_open(gate: &Gate, scope: &BreakerScope) -> bool {
 }
 
 /// Counts the decision in the breaker's window when it was a key match (a prior was found),
-/// and reports the breaker opening when this match tripped it.
+/// and reports the breaker opening when this match tripped it. Returns once the match is
+/// written (with the others waiting at the same moment, see [`Tallies`]).
 pub(crate) async fn count(gate: &Gate, scope: &BreakerScope, outcome: &DecideOutcome) {
     let action = outcome.decision.action;
     if outcome.prior == Prior::None || action == Action::Reject {
         return;
     }
-    let collision = action == Action::Quarantine;
-    match gate
-        .store()
-        .breaker_record(scope, collision, &rule(gate), gate.now())
-        .await
-    {
+    let written = gate.tallies().add(scope, action == Action::Quarantine);
+    if gate.tallies().claim() {
+        let gate = gate.clone();
+        tokio::spawn(async move { flush(&gate).await });
+    }
+    // A flush that never answers (its runtime stopped) drops the sender: nothing to wait for.
+    let _ = written.await;
+}
+
+/// Matches waiting to be written, per scope, with their callers; and whether a flush runs.
+#[derive(Default)]
+pub(crate) struct Tallies {
+    waiting: Mutex<HashMap<BreakerScope, Waiting>>,
+    flushing: AtomicBool,
+}
+
+#[derive(Default)]
+struct Waiting {
+    tally: BreakerTally,
+    callers: Vec<oneshot::Sender<()>>,
+}
+
+impl Tallies {
+    /// Adds one match; the receiver hears once it is written.
+    fn add(&self, scope: &BreakerScope, collision: bool) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        let mut waiting = self.waiting.lock().expect("breaker tallies lock");
+        let entry = waiting.entry(scope.clone()).or_default();
+        entry.tally.push(collision);
+        entry.callers.push(tx);
+        rx
+    }
+
+    /// Makes the caller the one flush running, unless one already runs.
+    fn claim(&self) -> bool {
+        !self.flushing.swap(true, Ordering::SeqCst)
+    }
+
+    fn take(&self) -> HashMap<BreakerScope, Waiting> {
+        std::mem::take(&mut *self.waiting.lock().expect("breaker tallies lock"))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.waiting
+            .lock()
+            .expect("breaker tallies lock")
+            .is_empty()
+    }
+}
+
+/// Writes what waits, scope by scope (concurrently), until nothing does. A match added while
+/// the flush ends is either seen by its last look or finds the flush released and starts one.
+async fn flush(gate: &Gate) {
+    let tallies = gate.tallies();
+    loop {
+        let batch = tallies.take();
+        if batch.is_empty() {
+            tallies.flushing.store(false, Ordering::SeqCst);
+            if tallies.is_empty() || !tallies.claim() {
+                return;
+            }
+            continue;
+        }
+        let rule = rule(gate);
+        let now = gate.now();
+        let mut writes = tokio::task::JoinSet::new();
+        for (scope, waiting) in batch {
+            let gate = gate.clone();
+            writes.spawn(async move {
+                let recorded = gate
+                    .store()
+                    .breaker_record(&scope, &waiting.tally, &rule, now)
+                    .await;
+                report(&gate, &scope, &waiting.tally, recorded);
+                for caller in waiting.callers {
+                    let _ = caller.send(());
+                }
+            });
+        }
+        while writes.join_next().await.is_some() {}
+    }
+}
+
+fn report(
+    gate: &Gate,
+    scope: &BreakerScope,
+    tally: &BreakerTally,
+    recorded: Result<BreakerRecord, StoreError>,
+) {
+    match recorded {
         Ok(record) if record.opened_now => {
             gate.metrics().breaker(scope, true);
             tracing::warn!(
@@ -70,8 +170,8 @@ pub(crate) async fn count(gate: &Gate, scope: &BreakerScope, outcome: &DecideOut
                 env = %scope.env,
                 event_type = %scope.event_type,
                 strategy = %scope.strategy_label(),
-                matches = record.breaker.matches,
-                collisions = record.breaker.collisions,
+                matches = record.breaker.opened_matches,
+                collisions = record.breaker.opened_collisions,
                 reason = record.breaker.reason.as_deref().unwrap_or(""),
                 "collision breaker opened: ignores of this strategy become reconcile until an operator closes it"
             );
@@ -82,7 +182,13 @@ pub(crate) async fn count(gate: &Gate, scope: &BreakerScope, outcome: &DecideOut
             }
         }
         Err(e) => {
-            tracing::warn!(error = %e, breaker = %scope, "a key match could not be counted in its breaker window");
+            tracing::warn!(
+                error = %e,
+                breaker = %scope,
+                matches = tally.matches(),
+                collisions = tally.collisions(),
+                "key matches could not be counted in their breaker window"
+            );
         }
     }
 }

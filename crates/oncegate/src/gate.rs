@@ -94,6 +94,8 @@ pub(crate) struct Inner {
     /// Wakes the forwarder as soon as a forward is enqueued (gateway mode).
     forward_wake: Arc<tokio::sync::Notify>,
     backlog: Backlog,
+    /// Breaker matches waiting to be counted together.
+    tallies: breaker::Tallies,
 }
 
 /// The engine, cheap to clone (one shared state): decides deliveries, holds reservations and
@@ -131,6 +133,7 @@ impl Gate {
             wake: Arc::new(tokio::sync::Notify::new()),
             forward_wake: Arc::new(tokio::sync::Notify::new()),
             backlog: Backlog::default(),
+            tallies: breaker::Tallies::default(),
         }))
     }
 
@@ -177,6 +180,10 @@ impl Gate {
 
     pub(crate) fn breaker_window(&self) -> time::Duration {
         self.0.breaker_window
+    }
+
+    pub(crate) fn tallies(&self) -> &breaker::Tallies {
+        &self.0.tallies
     }
 
     /// Wakes the reconciler (an item was queued).

@@ -7,29 +7,18 @@ use axum::Json;
 use oncegate_core::ids::EffectId;
 
 use super::ApiJson;
-use crate::auth::{Caller, Role};
+use oncegate_store::TenantFilter;
+
+use crate::auth::Role;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::wire::{
     CompleteRequest, EffectOutcomeBody, ErrorBody, FailRequest, HeartbeatBody, HeartbeatRequest,
 };
 
-/// A result is a reference to the transaction, resource and rule version, not a payload.
-/// The effect, if it exists and the caller may see its tenant; 404 otherwise, so a token of
-/// one tenant cannot even learn that another tenant's effect exists.
-pub(crate) async fn visible_effect(
-    state: &AppState,
-    caller: &Caller,
-    raw_id: &str,
-) -> Result<EffectId, ApiError> {
-    let missing = || ApiError::not_found(format!("No effect {raw_id} exists."));
-    let id: EffectId = raw_id.parse().map_err(|_| missing())?;
-    match state.store.effect(&id).await? {
-        Some(e) if caller.sees(&e.tenant) => Ok(id),
-        _ => Err(missing()),
-    }
-}
-
+/// The effect and fencing token a holder's call names, if the effect exists, the caller may
+/// see its tenant and the token is the effect's; 404 for an effect of a tenant the caller does
+/// not see, so a token of one tenant cannot even learn that another tenant's effect exists.
 async fn holder(
     state: &AppState,
     headers: &HeaderMap,
@@ -39,7 +28,21 @@ async fn holder(
     let caller = state
         .tokens
         .require(headers, &[Role::Ingest, Role::Admin])?;
-    let id = visible_effect(state, &caller, raw_id).await?;
+    let missing = || ApiError::not_found(format!("No effect {raw_id} exists."));
+    let id: EffectId = raw_id.parse().map_err(|_| missing())?;
+    // A reservation token that verifies was handed out by this service for this effect, so a
+    // caller who sees every tenant needs no look-up: the holder's write itself answers 404 for
+    // an effect purged since. Any other case reads the effect's tenant first, so a caller
+    // learns nothing of another tenant's effects, not even from a token's error.
+    if matches!(caller.tenants, TenantFilter::All) {
+        if let Ok(fencing) = state.token_key.verify(&id, token) {
+            return Ok((id, fencing));
+        }
+    }
+    match state.store.effect_tenant(&id).await? {
+        Some(tenant) if caller.sees(&tenant) => {}
+        _ => return Err(missing()),
+    }
     let fencing = state.token_key.verify(&id, token)?;
     Ok((id, fencing))
 }

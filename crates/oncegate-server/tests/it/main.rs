@@ -70,6 +70,7 @@ both_backends!(
     limits::shutdown_lets_in_flight_deliveries_finish,
     safety::the_breaker_opens_past_its_threshold_and_closes_only_by_an_operator,
     safety::the_breaker_waits_for_its_minimum_sample,
+    safety::concurrent_matches_are_each_counted_once,
     safety::a_late_replay_finds_the_result_through_the_proof,
     safety::a_replay_after_the_payload_purge_asks_for_approval,
     reconcile::the_authority_releases_the_second_refund_and_recognizes_retries,

@@ -204,6 +204,59 @@ pub async fn the_breaker_waits_for_its_minimum_sample(kind: Kind) {
     s.stop().await;
 }
 
+/// Matches decided at the same moment are counted together, and exactly: 40 concurrent
+/// retries and 5 concurrent collisions make 45 matches and 5 collisions in the window, no
+/// match lost and none counted twice, each visible once its delivery is answered.
+pub async fn concurrent_matches_are_each_counted_once(kind: Kind) {
+    let s = start_with_small_breaker(kind).await;
+    let body = |amount: &str, minute: u32| {
+        capture(
+            "pay_c1",
+            "cap_c1",
+            amount,
+            &format!("2024-05-01T12:{minute:02}:{:02}Z", minute % 60),
+        )
+    };
+    let first = s.payflow("acme", &body("700", 0)).await;
+    assert_eq!(first.str("action"), "process", "{}", first.text);
+    complete(&s, &first, json!({"ledger_tx": "tx_c1"})).await;
+    let retries = (1..=40).map(|i| {
+        let s = &s;
+        async move { s.payflow("acme", &body("700", i)).await }
+    });
+    for retry in futures_util::future::join_all(retries).await {
+        assert_eq!(retry.str("action"), "ignore", "{}", retry.text);
+    }
+    let b = breaker_of(&s, "payment.captured").await;
+    assert_eq!(
+        (
+            b["state"].as_str(),
+            b["matches"].as_u64(),
+            b["collisions"].as_u64()
+        ),
+        (Some("closed"), Some(40), Some(0)),
+        "{b}"
+    );
+    let collisions = (1..=5).map(|i| {
+        let s = &s;
+        async move { s.payflow("acme", &body(&format!("70{i}"), 40 + i)).await }
+    });
+    for collision in futures_util::future::join_all(collisions).await {
+        assert_eq!(collision.str("action"), "quarantine", "{}", collision.text);
+    }
+    let b = breaker_of(&s, "payment.captured").await;
+    assert_eq!(
+        (
+            b["state"].as_str(),
+            b["matches"].as_u64(),
+            b["collisions"].as_u64()
+        ),
+        (Some("closed"), Some(45), Some(5)),
+        "5 of 45 is 11 %, under the threshold of 20 %: {b}"
+    );
+    s.stop().await;
+}
+
 fn order(event: &str, id: &str) -> String {
     format!(
         r#"{{"event_id":"{event}","order":{{"id":"{id}","total":"42.00","currency":"EUR","payment_ref":"pr_{id}"}}}}"#

@@ -131,6 +131,7 @@ mod safety_on {
         safety;
         the_breaker_opens_once_past_the_threshold_and_an_operator_closes_it,
         old_matches_leave_the_breaker_window,
+        a_tally_trips_the_breaker_where_one_of_its_matches_would,
         purge_removes_old_breaker_counters,
         a_transport_ignore_points_at_the_effects_first_delivery,
         report_rows_are_per_tenant,

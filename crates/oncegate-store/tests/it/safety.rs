@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use oncegate_core::matrix::{self, Confidence};
 use oncegate_store::{
-    BreakerRule, BreakerScope, BreakerState, DecideRequest, EffectKey, Horizon, NewReception,
-    PurgePolicy, Store, StoreError, StrategyRef, TenantFilter, TransportKey, TransportStrength,
+    BreakerRule, BreakerScope, BreakerState, BreakerTally, DecideRequest, EffectKey, Horizon,
+    NewReception, PurgePolicy, Store, StoreError, StrategyRef, TenantFilter, TransportKey,
+    TransportStrength,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -45,14 +46,24 @@ pub async fn the_breaker_opens_once_past_the_threshold_and_an_operator_closes_it
     // One collision in four matches: under the sample.
     for (i, collision) in [true, false, false, false].into_iter().enumerate() {
         let r = store
-            .breaker_record(&s, collision, &rule(), t0() + Duration::seconds(i as i64))
+            .breaker_record(
+                &s,
+                &BreakerTally::one(collision),
+                &rule(),
+                t0() + Duration::seconds(i as i64),
+            )
             .await
             .unwrap();
         assert!(!r.opened_now && !r.breaker.is_open(), "{r:?}");
     }
     // The fifth match makes the sample: 1 of 5 is exactly 20 %, not more, so it stays closed.
     let r = store
-        .breaker_record(&s, false, &rule(), t0() + Duration::seconds(5))
+        .breaker_record(
+            &s,
+            &BreakerTally::one(false),
+            &rule(),
+            t0() + Duration::seconds(5),
+        )
         .await
         .unwrap();
     assert_eq!((r.breaker.matches, r.breaker.collisions), (5, 1));
@@ -65,7 +76,12 @@ pub async fn the_breaker_opens_once_past_the_threshold_and_an_operator_closes_it
         let (store, s) = (store.clone(), s.clone());
         tasks.push(tokio::spawn(async move {
             store
-                .breaker_record(&s, true, &rule(), t0() + Duration::seconds(10 + i))
+                .breaker_record(
+                    &s,
+                    &BreakerTally::one(true),
+                    &rule(),
+                    t0() + Duration::seconds(10 + i),
+                )
                 .await
                 .unwrap()
         }));
@@ -98,7 +114,12 @@ pub async fn the_breaker_opens_once_past_the_threshold_and_an_operator_closes_it
     // It stays open however many clean matches follow, until an operator closes it.
     for i in 0..20 {
         store
-            .breaker_record(&s, false, &rule(), t0() + Duration::seconds(20 + i))
+            .breaker_record(
+                &s,
+                &BreakerTally::one(false),
+                &rule(),
+                t0() + Duration::seconds(20 + i),
+            )
             .await
             .unwrap();
     }
@@ -146,12 +167,62 @@ pub async fn the_breaker_opens_once_past_the_threshold_and_an_operator_closes_it
     ));
 }
 
+/// A tally recorded in one write opens the breaker exactly when its matches recorded one by one
+/// would have: here at its second match (2 collisions of 5), although the tally ends at 2 of 10,
+/// under the threshold.
+pub async fn a_tally_trips_the_breaker_where_one_of_its_matches_would(b: &Backend) {
+    let store = b.open().await;
+    let s = scope("refund_ref");
+    let mut warm = BreakerTally::default();
+    for collision in [true, false, false] {
+        warm.push(collision);
+    }
+    let r = store
+        .breaker_record(&s, &warm, &rule(), t0())
+        .await
+        .unwrap();
+    assert!(!r.opened_now, "{r:?}");
+    let mut tally = BreakerTally::one(false);
+    tally.push(true);
+    for _ in 0..6 {
+        tally.push(false);
+    }
+    let r = store
+        .breaker_record(&s, &tally, &rule(), t0() + Duration::seconds(1))
+        .await
+        .unwrap();
+    assert!(r.opened_now && r.breaker.is_open(), "{r:?}");
+    assert_eq!((r.breaker.matches, r.breaker.collisions), (11, 2));
+    assert_eq!(
+        (r.breaker.opened_matches, r.breaker.opened_collisions),
+        (5, 2),
+        "the counts recorded are those of the match that tripped it"
+    );
+    // A tally that never crosses the threshold on the way leaves a fresh scope closed.
+    let other = scope("fingerprint");
+    let mut clean = BreakerTally::default();
+    for collision in [false, false, false, false, true, false] {
+        clean.push(collision);
+    }
+    let r = store
+        .breaker_record(&other, &clean, &rule(), t0())
+        .await
+        .unwrap();
+    assert!(!r.opened_now && !r.breaker.is_open(), "{r:?}");
+    assert_eq!((r.breaker.matches, r.breaker.collisions), (6, 1));
+}
+
 pub async fn old_matches_leave_the_breaker_window(b: &Backend) {
     let store = b.open().await;
     let s = scope("fingerprint");
     for i in 0..4 {
         store
-            .breaker_record(&s, true, &rule(), t0() + Duration::seconds(i))
+            .breaker_record(
+                &s,
+                &BreakerTally::one(true),
+                &rule(),
+                t0() + Duration::seconds(i),
+            )
             .await
             .unwrap();
     }
@@ -159,7 +230,7 @@ pub async fn old_matches_leave_the_breaker_window(b: &Backend) {
     // Two days later those four collisions no longer count: one more is not a sample.
     let later = t0() + Duration::hours(48);
     let r = store
-        .breaker_record(&s, true, &rule(), later)
+        .breaker_record(&s, &BreakerTally::one(true), &rule(), later)
         .await
         .unwrap();
     assert_eq!((r.breaker.matches, r.breaker.collisions), (1, 1));
@@ -173,7 +244,12 @@ pub async fn purge_removes_old_breaker_counters(b: &Backend) {
     let s = scope("fingerprint");
     for i in 0..3 {
         store
-            .breaker_record(&s, true, &rule(), t0() + Duration::seconds(i))
+            .breaker_record(
+                &s,
+                &BreakerTally::one(true),
+                &rule(),
+                t0() + Duration::seconds(i),
+            )
             .await
             .unwrap();
     }

@@ -32,8 +32,8 @@ use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
 use oncegate_core::json::{self, Limits, Value};
 use oncegate_core::reconcile::{self, AuthorityOperation, LocalEffect, Verdict};
 use oncegate_store::{
-    EffectRecord, EffectState, MissingOperation, QueueItem, QueueKind, ReconcileAttempt,
-    Resolution, ResolutionOutcome, ResourceScope, Store, StoreError,
+    EffectRecord, EffectState, MissingOperation, QueueItem, ReconcileAttempt, Resolution,
+    ResolutionOutcome, ResourceScope, Store, StoreError,
 };
 use serde_json::json;
 use time::OffsetDateTime;
@@ -56,6 +56,9 @@ pub const VERIFIER: &str = "verifier";
 
 /// Open items settled per run at most; the rest wait for the next run.
 const ITEMS_PER_RUN: u32 = 200;
+
+/// How long a pass woken by a queued item waits for the items queued with it.
+const WAKE_GATHER: Duration = Duration::from_millis(50);
 
 /// How the reconciler runs inside `serve`.
 ///
@@ -203,7 +206,10 @@ pub(crate) async fn run_forever(gate: Gate, settings: ReconcilerSettings, client
         // queued by another instance, items whose retry became due).
         tokio::select! {
             _ = tick.tick() => {}
-            _ = gate.wake().notified() => {}
+            _ = gate.wake().notified() => {
+                // The items queued in the same moment make one pass, not one pass each.
+                tokio::time::sleep(WAKE_GATHER).await;
+            }
         }
         let run = Run::new(
             &gate,
@@ -321,18 +327,11 @@ impl Run<'_> {
             return Ok(report);
         }
         let Some((t, authority)) = t.and_then(|t| t.authority.as_ref().map(|a| (t, a))) else {
-            if item.kind == QueueKind::Quarantine {
-                // A collision of a type without an authority is a person's to settle from the
-                // start: counting attempts on it would only add noise to the queue.
-                return Ok(ItemReport {
-                    item: item.id.clone(),
-                    delivery: item.delivery.clone(),
-                    verdict: "open",
-                    authoritative_ref: None,
-                    effect: None,
-                    summary: "the type has no authority to ask: a person resolves it".to_owned(),
-                });
-            }
+            // A person resolves it. The attempt is recorded all the same (the item was looked
+            // at, for an unknown outcome of its effect): it sends the item to the back of the
+            // list under the retry backoff. Left unrecorded, such items stayed first in every
+            // pass, each re-read with its effect on every wake-up, and past a pass's worth of
+            // them no other item was ever reached.
             return self
                 .keep_open(
                     item,
