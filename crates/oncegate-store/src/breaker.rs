@@ -459,22 +459,6 @@ pub(crate) async fn read<T: Tx + Send>(
     Ok(breaker)
 }
 
-/// Whether the scope's breaker is open, in one statement: what a decision reads before it runs
-/// (the window's counts are not needed for that).
-pub(crate) async fn is_open<T: Tx + Send>(tx: &mut T, scope: &BreakerScope) -> Result<bool> {
-    let rows = tx
-        .query(
-            "SELECT state FROM breakers WHERE provider = $1 AND env = $2 AND event_type = $3 \
-             AND strategy_name = $4 AND strategy_version = $5",
-            &scope_params(scope),
-        )
-        .await?;
-    Ok(match rows.first() {
-        Some(row) => row.text(0)? == BreakerState::Open.as_str(),
-        None => false,
-    })
-}
-
 /// Every breaker that ever opened, and every scope with matches in the window, sorted by scope.
 pub(crate) async fn list<T: Tx + Send>(
     tx: &mut T,

@@ -185,6 +185,10 @@ pub struct PriorView {
     /// `Keyed::differences` should be exactly this list, so the proof and the queue item
     /// record what the matrix saw.
     pub differences: Vec<Difference>,
+    /// Whether the collision breaker of the key's strategy (its provider, environment, event
+    /// type, name and version) is open, read in the same snapshot as the rest: its ignores are
+    /// then reconciled instead. False without a key.
+    pub breaker_open: bool,
 }
 
 /// The reservation a `process` answer hands to the caller: run the effect, then `complete`

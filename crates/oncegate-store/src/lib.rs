@@ -347,10 +347,6 @@ pub trait Store: Send + Sync {
         now: OffsetDateTime,
     ) -> Result<Breaker, StoreError>;
 
-    /// Whether the breaker of one strategy scope is open: what a decision reads before it
-    /// runs, in one statement (without the window's counts `breaker` adds).
-    async fn breaker_is_open(&self, scope: &BreakerScope) -> Result<bool, StoreError>;
-
     /// Every breaker that ever opened and every scope with matches in the window.
     async fn breakers(
         &self,

@@ -305,6 +305,7 @@ mod tests {
             prior,
             effect: e,
             differences: vec![],
+            breaker_open: false,
         };
         assert_eq!(plan(Some(&key()), &view, &d), expected, "{prior:?} {d:?}");
     }

@@ -148,30 +148,56 @@ impl PgStore {
             .map_err(|e| {
                 StoreError::Config(format!("the PostgreSQL pool could not be built: {e}"))
             })?;
-        let store = PgStore {
-            batcher: Batcher::start(pool.clone()),
+        migrate(&pool).await?;
+        let begin = batch_begin(&pool).await?;
+        Ok(PgStore {
+            batcher: Batcher::start(pool.clone(), begin),
             pool,
             config,
             journaled: Mutex::default(),
-        };
-        store.migrate().await?;
-        Ok(store)
+        })
     }
+}
 
-    async fn migrate(&self) -> Result<()> {
-        // Two instances starting together may race on creating the same table; the loser's
-        // error goes away on a second look, when the tables exist. A database that cannot be
-        // reached fails at once, with no retry.
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let mut client = self.pool.get().await.map_err(pool_err)?;
-            match migrate_with(&mut client).await {
-                Ok(()) => return Ok(()),
-                Err(e @ StoreError::SchemaTooNew { .. }) => return Err(e),
-                Err(e) if attempt >= 3 => return Err(e),
-                Err(_) => continue,
-            }
+/// How a batch of the hot path starts its transaction. Its statements are the same few, run
+/// over and over on each pooled connection, and their indexes leave one sensible plan for any
+/// value (schema v7), so they run under a generic plan made once per connection. Left to
+/// choose, PostgreSQL compares a generic plan with the first runs' custom ones, and for the
+/// decision's view (a look-up by strong transport key that a custom plan drops when there is
+/// none) it often kept planning every run: measured, planning was 85 % of the view's time and
+/// most of the server's CPU under the load bench's mix. `SET LOCAL` keeps the setting to the
+/// batch's transaction; a server that does not know it (before PostgreSQL 12, or another
+/// engine speaking its protocol) starts batches with a plain `BEGIN`.
+async fn batch_begin(pool: &Pool) -> Result<&'static str> {
+    let client = pool.get().await.map_err(pool_err)?;
+    let row = client
+        .query_one("SELECT current_setting('plan_cache_mode', true)", &[])
+        .await
+        .map_err(pg_err)?;
+    let known = row
+        .try_get::<_, Option<String>>(0)
+        .map_err(pg_err)?
+        .is_some();
+    Ok(if known {
+        "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
+    } else {
+        "BEGIN"
+    })
+}
+
+async fn migrate(pool: &Pool) -> Result<()> {
+    // Two instances starting together may race on creating the same table; the loser's
+    // error goes away on a second look, when the tables exist. A database that cannot be
+    // reached fails at once, with no retry.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut client = pool.get().await.map_err(pool_err)?;
+        match migrate_with(&mut client).await {
+            Ok(()) => return Ok(()),
+            Err(e @ StoreError::SchemaTooNew { .. }) => return Err(e),
+            Err(e) if attempt >= 3 => return Err(e),
+            Err(_) => continue,
         }
     }
 }
@@ -351,15 +377,6 @@ crate::operations::store_impl!(PgStore, run, {
         };
         self.batcher.send(Item::complete(completing, reply));
         answer.await.map_err(|_| stopped())?
-    }
-
-    async fn breaker_is_open(&self, scope: &BreakerScope) -> Result<bool> {
-        // One statement, atomic on its own: no BEGIN and COMMIT round trips around it.
-        retry(|| async {
-            let client = self.pool.get().await.map_err(pool_err)?;
-            crate::breaker::is_open(&mut Executor::new(&client), scope).await
-        })
-        .await
     }
 
     async fn expire_leases(&self, now: OffsetDateTime) -> Result<Vec<EffectId>> {

@@ -39,6 +39,7 @@ use crate::reconciliation::ReconcileAttempt;
 use crate::schema;
 use crate::Matrix;
 
+mod checkpoint;
 mod executor;
 mod writer;
 
@@ -65,6 +66,8 @@ pub struct SqliteStore {
     writer: Option<mpsc::Sender<Box<dyn WriteJob>>>,
     thread: Option<JoinHandle<()>>,
     readers: Arc<Readers>,
+    /// Dropped after the writer stopped (fields drop after `drop`): a last checkpoint.
+    _checkpointer: checkpoint::Checkpointer,
 }
 
 impl SqliteStore {
@@ -80,9 +83,11 @@ impl SqliteStore {
             .name("oncegate-sqlite-writer".to_owned())
             .spawn(move || writer_loop(conn, rx))
             .map_err(|e| StoreError::unavailable("the SQLite writer thread could not start", e))?;
+        let checkpointer = checkpoint::Checkpointer::start(&path)?;
         Ok(SqliteStore {
             writer: Some(tx),
             thread: Some(thread),
+            _checkpointer: checkpointer,
             readers: Arc::new(Readers {
                 path,
                 permits: Arc::new(tokio::sync::Semaphore::new(READERS)),
@@ -211,6 +216,9 @@ fn open_writer(path: &Path) -> Result<Connection> {
     // FULL: a commit is on disk before it returns, so an acknowledged reservation survives a
     // power loss. NORMAL would be faster in WAL mode and could lose the last commits.
     conn.execute_batch("PRAGMA synchronous = FULL")
+        .map_err(sqlite_err)?;
+    // The writer never checkpoints: `checkpoint` does, on its own thread.
+    conn.execute_batch("PRAGMA wal_autocheckpoint = 0")
         .map_err(sqlite_err)?;
     migrate(&mut conn)?;
     Ok(conn)
@@ -455,12 +463,6 @@ crate::operations::store_impl!(SqliteStore, run, {
             now_or_never(crate::effect::complete(tx, &effect, token, &result, now))
         })
         .await
-    }
-
-    async fn breaker_is_open(&self, scope: &BreakerScope) -> Result<bool> {
-        let scope = scope.clone();
-        self.read(move |tx| now_or_never(crate::breaker::is_open(tx, &scope)))
-            .await
     }
 
     async fn expire_leases(&self, now: OffsetDateTime) -> Result<Vec<EffectId>> {

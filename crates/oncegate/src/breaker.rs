@@ -1,12 +1,7 @@
-//! The collision breaker as the service runs it: read a strategy's breaker before deciding a
-//! keyed delivery, count the match after, and say loudly (a log line, a metric) when a breaker
-//! opens. The counting and the opening live in the store, shared by every instance.
-//!
-//! The state is read before the decision transaction, not inside it, so a delivery decided
-//! while a sibling instance is opening the breaker may still be ignored. That staleness is one
-//! decision wide and accepted on purpose: the breaker is a statistical safety net over many
-//! matches, and reading it inside the transaction would serialize every decision of a strategy
-//! on one row.
+//! The collision breaker as the service runs it: count a keyed delivery's match after its
+//! decision, and say loudly (a log line, a metric) when a breaker opens. The counting and the
+//! opening live in the store, shared by every instance; a decision reads its strategy's breaker
+//! in its own view (`PriorView::breaker_open`), in the same snapshot as its key.
 //!
 //! Counting is grouped: every match of a strategy is one more count on the same stored row, so
 //! counted one transaction each, matches queue on that row's lock, one commit after the other
@@ -50,18 +45,6 @@ pub(crate) fn scope(
         event_type: event_type.to_owned(),
         strategy: strategy.name.clone(),
         version: strategy.version,
-    }
-}
-
-/// Whether the scope's breaker is open. A store that cannot answer leaves it closed: the
-/// decision that follows needs the same store and fails on its own if it is really gone.
-pub(crate) async fn is_open(gate: &Gate, scope: &BreakerScope) -> bool {
-    match gate.store().breaker_is_open(scope).await {
-        Ok(open) => open,
-        Err(e) => {
-            tracing::warn!(error = %e, breaker = %scope, "breaker state unreadable; deciding as closed");
-            false
-        }
     }
 }
 

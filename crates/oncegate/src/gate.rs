@@ -367,21 +367,17 @@ impl Gate {
         // owns its state.
         let seen: Arc<std::sync::Mutex<Vec<Difference>>> = Arc::default();
         let shape = plan.shape.clone();
-        // The strategy's collision breaker, read just before the delivery is journaled and
-        // decided (see `breaker`).
+        // The strategy's collision breaker, counted after the decision (the decision reads its
+        // position in its own view).
         let breaker_scope = match (&plan.strategy, &event_type) {
             (Some(s), Some(t)) => Some(breaker::scope(&r.provider, &r.env, t, s)),
             _ => None,
-        };
-        let breaker_open = match &breaker_scope {
-            Some(scope) => breaker::is_open(self, scope).await,
-            None => false,
         };
         let decide = {
             let seen = seen.clone();
             move |view: &PriorView| {
                 *seen.lock().expect("differences lock") = view.differences.clone();
-                shape.decide(view, breaker_open)
+                shape.decide(view)
             }
         };
         let mut details = plan.details.clone();

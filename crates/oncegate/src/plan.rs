@@ -42,7 +42,7 @@ pub(crate) enum Shape {
 }
 
 impl Shape {
-    pub(crate) fn decide(&self, view: &PriorView, breaker_open: bool) -> matrix::Decision {
+    pub(crate) fn decide(&self, view: &PriorView) -> matrix::Decision {
         match self {
             Shape::Keyed {
                 criticality,
@@ -51,7 +51,7 @@ impl Shape {
             } => matrix::decide(&Situation::Identified {
                 criticality: *criticality,
                 authority: *authority,
-                breaker_open,
+                breaker_open: view.breaker_open,
                 transport: view.transport,
                 key: Keyed {
                     confidence: *confidence,

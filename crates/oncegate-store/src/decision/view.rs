@@ -1,17 +1,18 @@
 //! The view a decision is made on: the delivery's scope as journaled, then in one statement
 //! the earlier packet with its transport key, the live index entry of its effect key with its
-//! effect, the latest effect with the key and an alias's effect, turned into the matrix's
-//! `PriorView` by `plan`.
+//! effect, the latest effect with the key, an alias's effect and the position of the key's
+//! strategy breaker, turned into the matrix's `PriorView` by `plan`.
 
 use oncegate_core::ids::DeliveryId;
 use oncegate_core::matrix::Prior;
 
+use crate::breaker::BreakerState;
 use crate::codes::ms;
 use crate::decision::{event_type_of, DecideRequest, PriorView};
 use crate::delivery::TransportStrength;
 use crate::error::StoreError;
 use crate::plan::{self, EffectRow, Scope};
-use crate::sql::{opt_text, text, Row, Tx, Value};
+use crate::sql::{opt_int, opt_text, text, Row, Tx, Value};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -72,10 +73,12 @@ pub(super) async fn load<T: Tx + Send>(
 
 /// The view's statement (see `load`), for a backend that sends several at once.
 pub(crate) fn statement(scope: &Scope, req: &DecideRequest) -> (&'static str, Vec<Value>) {
+    let event_type = event_type_of(scope, req);
     let hash = req
         .key
         .as_ref()
-        .map(|key| scope.key_hash(event_type_of(scope, req).as_deref(), key));
+        .map(|key| scope.key_hash(event_type.as_deref(), key));
+    let strategy = req.key.as_ref().map(|key| &key.strategy);
     (
         view_sql(),
         vec![
@@ -86,6 +89,9 @@ pub(crate) fn statement(scope: &Scope, req: &DecideRequest) -> (&'static str, Ve
             opt_text(scope.strong_transport_key()),
             text(req.delivery.as_str()),
             text(scope.body_sha256.as_str()),
+            opt_text(event_type),
+            opt_text(strategy.map(|s| s.name.as_str())),
+            opt_int(strategy.map(|s| i64::from(s.version))),
         ],
     )
 }
@@ -100,10 +106,13 @@ fn view_sql() -> &'static str {
     // `t`: the earliest decided, non-rejected delivery with the same strong transport key (one
     // with the same body first); a packet journaled but refused proves nothing. `i`/`e`: the
     // fast-index entry and its effect. `l`: the latest effect with this key, whatever the index
-    // says, for when the horizon passed.
+    // says, for when the horizon passed. The last column is the state of the strategy's
+    // collision breaker (`breaker`), read in the same snapshot as the rest.
     SQL.get_or_init(|| {
         format!(
-            "SELECT t.id, t.body_sha256, i.scope_hash, i.expires_at, {indexed}, {latest}, {aliased} \
+            "SELECT t.id, t.body_sha256, i.scope_hash, i.expires_at, {indexed}, {latest}, {aliased}, \
+             (SELECT b.state FROM breakers b WHERE b.provider = $3 AND b.env = $4 AND b.event_type = $8 \
+              AND b.strategy_name = $9 AND b.strategy_version = $10) \
              FROM (SELECT CAST($1 AS TEXT) AS h) k \
              LEFT JOIN (SELECT d.id, d.body_sha256 FROM deliveries d JOIN proofs p ON p.delivery_id = d.id \
                         WHERE d.tenant = $2 AND d.provider = $3 AND d.env = $4 AND d.transport_key = $5 \
@@ -139,11 +148,14 @@ pub(crate) fn read(scope: &Scope, req: &DecideRequest, rows: &[Row]) -> Result<P
             prior: Prior::None,
             effect: None,
             differences: vec![],
+            breaker_open: false,
         });
     };
     let indexed_at = 4;
     let latest_at = indexed_at + EFFECT_VIEW_COLS.split(',').count();
     let aliased_at = latest_at + EFFECT_VIEW_COLS.split(',').count();
+    let breaker_at = aliased_at + EFFECT_VIEW_COLS.split(',').count();
+    let breaker_open = row.opt_text(breaker_at)?.as_deref() == Some(BreakerState::Open.as_str());
     let index_live = row.opt_text(2)?.is_some()
         && match row.opt_int(3)? {
             None => true,
@@ -178,5 +190,6 @@ pub(crate) fn read(scope: &Scope, req: &DecideRequest, rows: &[Row]) -> Result<P
         prior,
         effect,
         differences,
+        breaker_open,
     })
 }

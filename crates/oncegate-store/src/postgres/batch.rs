@@ -214,11 +214,12 @@ pub(super) struct Batcher {
 impl Batcher {
     /// Starts the runners on the current runtime; they stop once the batcher is dropped and
     /// what was queued is answered.
-    pub fn start(pool: Pool) -> Batcher {
+    /// `begin` starts each batch's transaction (see `postgres::batch_begin`).
+    pub fn start(pool: Pool, begin: &'static str) -> Batcher {
         let (jobs, queue) = mpsc::unbounded_channel();
         let queue = Arc::new(Mutex::new(queue));
         for _ in 0..RUNNERS {
-            tokio::spawn(runner(pool.clone(), queue.clone()));
+            tokio::spawn(runner(pool.clone(), queue.clone(), begin));
         }
         Batcher { jobs }
     }
@@ -233,7 +234,7 @@ impl Batcher {
     }
 }
 
-async fn runner(pool: Pool, queue: Arc<Mutex<mpsc::UnboundedReceiver<Item>>>) {
+async fn runner(pool: Pool, queue: Arc<Mutex<mpsc::UnboundedReceiver<Item>>>, begin: &'static str) {
     let mut carry: Vec<Item> = Vec::new();
     loop {
         let mut batch = std::mem::take(&mut carry);
@@ -258,12 +259,12 @@ async fn runner(pool: Pool, queue: Arc<Mutex<mpsc::UnboundedReceiver<Item>>>) {
                 }
             }
         }
-        carry = run(&pool, batch).await;
+        carry = run(&pool, batch, begin).await;
     }
 }
 
 /// Runs one batch; returns the members to run again in the next one.
-async fn run(pool: &Pool, items: Vec<Item>) -> Vec<Item> {
+async fn run(pool: &Pool, items: Vec<Item>, begin: &str) -> Vec<Item> {
     let client = match pool.get().await {
         Ok(c) => c,
         Err(e) => {
@@ -275,9 +276,9 @@ async fn run(pool: &Pool, items: Vec<Item>) -> Vec<Item> {
         }
     };
     if items.len() == 1 {
-        return alone(&client, items).await;
+        return alone(&client, items, begin).await;
     }
-    match once(&client, items).await {
+    match once(&client, items, begin).await {
         Ok(carry) => carry,
         Err((Failure::LostRace(_), items)) => {
             rollback(&client).await;
@@ -285,7 +286,7 @@ async fn run(pool: &Pool, items: Vec<Item>) -> Vec<Item> {
             let mut carry = Vec::new();
             for item in items {
                 retry_pause(1).await;
-                carry.extend(alone(&client, vec![item]).await);
+                carry.extend(alone(&client, vec![item], begin).await);
             }
             carry
         }
@@ -300,9 +301,9 @@ async fn run(pool: &Pool, items: Vec<Item>) -> Vec<Item> {
 }
 
 /// One member alone, retried after lost serialization races.
-async fn alone(client: &deadpool_postgres::Client, mut items: Vec<Item>) -> Vec<Item> {
+async fn alone(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin: &str) -> Vec<Item> {
     loop {
-        match once(client, items).await {
+        match once(client, items, begin).await {
             Ok(carry) => return carry,
             Err((Failure::LostRace(e), mut back)) => {
                 rollback(client).await;
@@ -355,12 +356,12 @@ enum Answer {
 
 type Pending<'a> = Pin<Box<dyn Future<Output = Result<Answer>> + Send + 'a>>;
 
-/// Runs `statements` pipelined on `client`, after `BEGIN` (`begin`) or before `COMMIT`
-/// (`commit`): one round trip. Each statement's answer, in order.
+/// Runs `statements` pipelined on `client`, after `begin` (the text that starts the
+/// transaction) or before `COMMIT` (`commit`): one round trip. Each statement's answer, in order.
 async fn pipelined(
     client: &deadpool_postgres::Client,
     statements: &[(String, Vec<Value>, bool)],
-    begin: bool,
+    begin: Option<&str>,
     commit: bool,
 ) -> Result<Vec<Result<Answer>>> {
     let mut prepared = Vec::with_capacity(statements.len());
@@ -393,8 +394,8 @@ async fn pipelined(
         },
     ));
     let start = async {
-        if begin {
-            client_ref.batch_execute("BEGIN").await.map_err(pg_err)
+        if let Some(begin) = begin {
+            client_ref.batch_execute(begin).await.map_err(pg_err)
         } else {
             Ok(())
         }
@@ -419,6 +420,7 @@ async fn pipelined(
 async fn once(
     client: &deadpool_postgres::Client,
     mut items: Vec<Item>,
+    begin: &str,
 ) -> std::result::Result<Vec<Item>, (Failure, Vec<Item>)> {
     // Round trip 1: BEGIN, journal entries, views, completes.
     let mut first: Vec<(String, Vec<Value>, bool)> = Vec::new();
@@ -443,7 +445,7 @@ async fn once(
             owners.push((i, Part::Complete));
         }
     }
-    let answers = match pipelined(client, &first, true, false).await {
+    let answers = match pipelined(client, &first, Some(begin), false).await {
         Ok(a) => a,
         Err(e) => return Err((whole(e), items)),
     };
@@ -516,7 +518,7 @@ async fn once(
     }
 
     // Round trip 2: the writes and COMMIT.
-    let answers = match pipelined(client, &second, false, true).await {
+    let answers = match pipelined(client, &second, None, true).await {
         Ok(a) => a,
         Err(e) => return Err((whole(e), items)),
     };

@@ -6,6 +6,7 @@
 
 mod aliases;
 mod batches;
+mod checkpoint;
 mod forwards;
 mod harness;
 mod privileges;
