@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use oncegate_store::{NewReception, Store};
+use oncegate_store::NewReception;
 use time::OffsetDateTime;
 
 use crate::harness::Backend;
