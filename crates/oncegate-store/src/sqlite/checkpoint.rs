@@ -1,9 +1,12 @@
-//! The WAL's checkpoints, off the writer's path. Left to SQLite, the connection whose commit
-//! takes the WAL past 1,000 pages copies them back into the database file and syncs it before
-//! its commit returns: the writer, holding every caller of its batch. A decision writes a
-//! page in each of its B-trees, so that was a checkpoint every few dozen decisions. Here the
-//! writer never checkpoints; a thread of its own runs a passive checkpoint (one that never
-//! waits for, nor blocks, the writer or a reader) every `EVERY`, on its own connection.
+//! The WAL's checkpoints, mostly off the writer's path. Left to SQLite, the connection whose
+//! commit takes the WAL past 1,000 pages copies them all back into the database file and syncs
+//! it before its commit returns: the writer, holding every caller of its batch. A decision
+//! writes a page in each of its B-trees, so that was a checkpoint every few dozen decisions.
+//! Here a thread of its own runs a passive checkpoint (one that never waits for, nor blocks,
+//! the writer or a reader) every `EVERY`, on its own connection, so the writer's checkpoint
+//! only finds what was written since; the writer still runs it, since only a writer starts
+//! the WAL over once every frame is copied (measured: without it the WAL grew by 800 MB in
+//! 20 s of the load bench).
 
 use std::path::Path;
 use std::sync::mpsc;
