@@ -417,9 +417,38 @@ async fn bench() {
         }
     }
     drop(stores);
-    if scale == 0 {
-        return;
+    if scale > 0 {
+        scale_mode(
+            connections,
+            secs,
+            scale,
+            dir.path(),
+            admin.as_ref(),
+            &pg_base,
+        )
+        .await;
     }
+    // The databases of this run go with it (the servers using them are stopped by now).
+    if let Some(admin) = &admin {
+        let tags = ["ours", "handmade", "scale10000"].map(str::to_owned);
+        for tag in tags.into_iter().chain([format!("scale{scale}")]) {
+            let name = format!("oncegate_load_{tag}_{}", std::process::id());
+            let _ = admin
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .await;
+        }
+    }
+}
+
+/// The p99 of new decisions with 10k and with `scale` stored effects, and `serve`'s RSS.
+async fn scale_mode(
+    connections: u64,
+    secs: f64,
+    scale: u64,
+    dir: &std::path::Path,
+    admin: Option<&tokio_postgres::Client>,
+    pg_base: &str,
+) {
     println!("\nscale: p99 of new decisions ({connections} connections, {secs} s, 100 % new captures) and oncegate serve's RSS");
     println!(
         "{:<9} {:>12} {:>9} {:>9} {:>12} {:>12}",
@@ -433,16 +462,9 @@ async fn bench() {
             let url = match backend {
                 "sqlite" => format!(
                     "sqlite://{}",
-                    dir.path().join(format!("scale-{count}.db")).display()
+                    dir.join(format!("scale-{count}.db")).display()
                 ),
-                _ => {
-                    pg_database(
-                        admin.as_ref().expect("admin"),
-                        &pg_base,
-                        &format!("scale{count}"),
-                    )
-                    .await
-                }
+                _ => pg_database(admin.expect("admin"), pg_base, &format!("scale{count}")).await,
             };
             // The schema first (the service creates it), then the rows, then the service again.
             drop(oncegate(&url).await);
@@ -459,18 +481,6 @@ async fn bench() {
                 percentile(&t.latencies_us, 0.99)
             );
         }
-    }
-    if let Some(admin) = &admin {
-        for tag in ["ours", "handmade", "scale10000"] {
-            let name = format!("oncegate_load_{tag}_{}", std::process::id());
-            let _ = admin
-                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                .await;
-        }
-        let name = format!("oncegate_load_scale{scale}_{}", std::process::id());
-        let _ = admin
-            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .await;
     }
 }
 
