@@ -288,3 +288,71 @@ CREATE INDEX IF NOT EXISTS missing_operations_seen ON missing_operations (first_
     );
     sql
 }
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::Connection;
+
+    fn count(conn: &Connection, sql: &str) -> i64 {
+        conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    /// Version 8 rebuilds two tables that hold every live key and every link: a database at
+    /// version 7 keeps each row, and the tables come out clustered with their indexes.
+    #[test]
+    fn sqlite_version_8_keeps_every_slot_and_link() {
+        let conn = Connection::open_in_memory().unwrap();
+        for (version, sql) in super::sqlite() {
+            if version <= 7 {
+                conn.execute_batch(&sql).unwrap();
+            }
+        }
+        conn.execute_batch(
+            "INSERT INTO effect_index VALUES ('h1', 'eff_1', NULL), ('h2', 'eff_2', 1700000000000), ('h3', 'eff_3', NULL);
+             INSERT INTO links VALUES ('eff_1', 'dlv_1', 'reserved', 1), ('eff_1', 'dlv_2', 'retry', 2),
+                                      ('eff_2', 'dlv_3', 'reserved', 3), ('eff_3', 'dlv_4', 'reserved', 4);",
+        )
+        .unwrap();
+        let (_, v8) = super::sqlite().into_iter().find(|(v, _)| *v == 8).unwrap();
+        conn.execute_batch(&v8).unwrap();
+
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM effect_index"), 3);
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM links"), 4);
+        let expiring: (String, i64) = conn
+            .query_row(
+                "SELECT effect_id, expires_at FROM effect_index WHERE scope_hash = 'h2'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(expiring, ("eff_2".to_owned(), 1_700_000_000_000));
+        assert_eq!(
+            count(&conn, "SELECT COUNT(*) FROM links WHERE delivery_id = 'dlv_2' AND kind = 'retry' AND at = 2"),
+            1
+        );
+        for table in ["effect_index", "links"] {
+            let sql: String = conn
+                .query_row(
+                    "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                    [table],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert!(sql.ends_with("WITHOUT ROWID"), "{table}: {sql}");
+        }
+        for index in ["effect_index_expires", "links_delivery"] {
+            assert_eq!(
+                count(
+                    &conn,
+                    &format!("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = '{index}'")
+                ),
+                1,
+                "{index}"
+            );
+        }
+        // The unique keys still decide: a second slot for a live key is refused.
+        assert!(conn
+            .execute("INSERT INTO effect_index VALUES ('h1', 'eff_9', NULL)", [])
+            .is_err());
+    }
+}
