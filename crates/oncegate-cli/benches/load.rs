@@ -262,9 +262,14 @@ async fn ready(base: &str) {
 fn contract() -> std::path::PathBuf {
     let text = include_str!("../../../examples/oncegate.toml")
         .replace("breaker_threshold = 0.005", "breaker_threshold = 0.5");
-    let path = std::env::temp_dir().join(format!("oncegate-load-{}.toml", std::process::id()));
+    let path = contract_path();
     std::fs::write(&path, text).expect("write the bench contract");
     path
+}
+
+/// Where this run's contract is written (removed at the end of the run).
+fn contract_path() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("oncegate-load-{}.toml", std::process::id()))
 }
 
 async fn oncegate(store: &str) -> Server {
@@ -428,7 +433,9 @@ async fn bench() {
         )
         .await;
     }
-    // The databases of this run go with it (the servers using them are stopped by now).
+    // The contract file and the databases of this run go with it (the servers using them are
+    // stopped by now).
+    let _ = std::fs::remove_file(contract_path());
     if let Some(admin) = &admin {
         let tags = ["ours", "handmade", "scale10000"].map(str::to_owned);
         for tag in tags.into_iter().chain([format!("scale{scale}")]) {
