@@ -226,11 +226,6 @@ impl BreakerTally {
         self.collisions.iter().filter(|c| **c).count() as u64
     }
 
-    /// Whether no match is in the tally.
-    pub fn is_empty(&self) -> bool {
-        self.collisions.is_empty()
-    }
-
     /// The window's counts at the first match that trips `rule`, the window holding `before`
     /// (matches, collisions) until this tally; `None` when none does.
     fn trips_at(&self, rule: &BreakerRule, before: (u64, u64)) -> Option<(u64, u64)> {

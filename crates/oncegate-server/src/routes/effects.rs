@@ -5,10 +5,9 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
 use oncegate_core::ids::EffectId;
-
-use super::ApiJson;
 use oncegate_store::TenantFilter;
 
+use super::ApiJson;
 use crate::auth::Role;
 use crate::error::ApiError;
 use crate::state::AppState;

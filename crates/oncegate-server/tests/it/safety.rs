@@ -220,13 +220,8 @@ pub async fn concurrent_matches_are_each_counted_once(kind: Kind) {
     let first = s.payflow("acme", &body("700", 0)).await;
     assert_eq!(first.str("action"), "process", "{}", first.text);
     complete(&s, &first, json!({"ledger_tx": "tx_c1"})).await;
-    let retries = (1..=40).map(|i| {
-        let s = &s;
-        async move { s.payflow("acme", &body("700", i)).await }
-    });
-    for retry in futures_util::future::join_all(retries).await {
-        assert_eq!(retry.str("action"), "ignore", "{}", retry.text);
-    }
+    let retries = (1..=40).map(|i| body("700", i)).collect();
+    all_at_once(&s, retries, "ignore").await;
     let b = breaker_of(&s, "payment.captured").await;
     assert_eq!(
         (
@@ -237,13 +232,8 @@ pub async fn concurrent_matches_are_each_counted_once(kind: Kind) {
         (Some("closed"), Some(40), Some(0)),
         "{b}"
     );
-    let collisions = (1..=5).map(|i| {
-        let s = &s;
-        async move { s.payflow("acme", &body(&format!("70{i}"), 40 + i)).await }
-    });
-    for collision in futures_util::future::join_all(collisions).await {
-        assert_eq!(collision.str("action"), "quarantine", "{}", collision.text);
-    }
+    let collisions = (1..=5).map(|i| body(&format!("70{i}"), 40 + i)).collect();
+    all_at_once(&s, collisions, "quarantine").await;
     let b = breaker_of(&s, "payment.captured").await;
     assert_eq!(
         (
@@ -255,6 +245,14 @@ pub async fn concurrent_matches_are_each_counted_once(kind: Kind) {
         "5 of 45 is 11 %, under the threshold of 20 %: {b}"
     );
     s.stop().await;
+}
+
+/// Sends every body at once, and checks each was decided `action`.
+async fn all_at_once(s: &Service, bodies: Vec<String>, action: &str) {
+    let sent = bodies.iter().map(|b| s.payflow("acme", b));
+    for answer in futures_util::future::join_all(sent).await {
+        assert_eq!(answer.str("action"), action, "{}", answer.text);
+    }
 }
 
 fn order(event: &str, id: &str) -> String {

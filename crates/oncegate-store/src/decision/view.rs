@@ -151,10 +151,11 @@ pub(crate) fn read(scope: &Scope, req: &DecideRequest, rows: &[Row]) -> Result<P
             breaker_open: false,
         });
     };
+    let effect_cols = EFFECT_VIEW_COLS.split(',').count();
     let indexed_at = 4;
-    let latest_at = indexed_at + EFFECT_VIEW_COLS.split(',').count();
-    let aliased_at = latest_at + EFFECT_VIEW_COLS.split(',').count();
-    let breaker_at = aliased_at + EFFECT_VIEW_COLS.split(',').count();
+    let latest_at = indexed_at + effect_cols;
+    let aliased_at = latest_at + effect_cols;
+    let breaker_at = aliased_at + effect_cols;
     let breaker_open = row.opt_text(breaker_at)?.as_deref() == Some(BreakerState::Open.as_str());
     let index_live = row.opt_text(2)?.is_some()
         && match row.opt_int(3)? {

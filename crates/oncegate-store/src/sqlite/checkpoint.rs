@@ -31,8 +31,7 @@ impl Checkpointer {
     /// `wal_autocheckpoint = 0`.
     pub fn start(path: &Path) -> Result<Checkpointer, StoreError> {
         let conn = Connection::open(path).map_err(super::sqlite_err)?;
-        conn.busy_timeout(Duration::from_secs(5))
-            .map_err(super::sqlite_err)?;
+        super::configure(&conn)?;
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("oncegate-sqlite-checkpoint".to_owned())
