@@ -11,7 +11,8 @@
 //!
 //! Both servers run as their own processes on 127.0.0.1, each on a fresh store, and are measured
 //! A/B alternating in slices; a side's figure is the median of its slices. Printed per store:
-//! decisions per second of each side, their ratio, and the p50/p99 of a delivery's answer.
+//! decisions per second of each side, their ratio, the p50/p99 of a delivery's answer, and the
+//! CPU time a decision costs each side's server and its PostgreSQL backends (`cpu`).
 //! Then the scale mode: the p99 of new decisions with 10k and with 1M stored effects (seeded
 //! with bulk SQL), and `oncegate serve`'s RSS before and after.
 //!
@@ -20,6 +21,9 @@
 //! the slices per side (3), `ONCEGATE_LOAD_CONNECTIONS` the connections (32),
 //! `ONCEGATE_LOAD_BACKENDS` `sqlite`, `postgres` or both, `ONCEGATE_LOAD_SCALE` the largest
 //! seeded count (1000000; 0 skips the scale mode).
+
+#[path = "load/cpu.rs"]
+mod cpu;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -82,7 +86,10 @@ fn capture(n: u64, amount: u64, variant: u64) -> String {
 /// What one slice measured.
 #[derive(Default)]
 struct Tally {
+    /// Decisions per second.
     decisions: u64,
+    /// Decisions in all.
+    total: u64,
     latencies_us: Vec<u64>,
     unexpected: u64,
     /// The first unexpected answers, for the report.
@@ -196,6 +203,7 @@ async fn drive(base: &str, connections: u64, secs: f64, from: u64, only_new: boo
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
+    all.total = all.decisions;
     all.decisions = (all.decisions as f64 / elapsed) as u64;
     all
 }
@@ -392,14 +400,34 @@ async fn bench() {
         let (mut la, mut lb) = (Vec::new(), Vec::new());
         let mut unexpected = 0;
         let mut samples = Vec::new();
+        let on_pg = |url: &str| {
+            admin
+                .as_ref()
+                .filter(|_| *backend == "postgres")
+                .map(|admin| (admin, url.to_owned()))
+        };
+        let (ours_pg, theirs_pg) = (on_pg(ours_url), on_pg(theirs_url));
+        let ours_meter = cpu::Meter::new(
+            ours.child.id(),
+            ours_pg.as_ref().map(|(c, u)| (*c, u.as_str())),
+        );
+        let theirs_meter = cpu::Meter::new(
+            theirs.child.id(),
+            theirs_pg.as_ref().map(|(c, u)| (*c, u.as_str())),
+        );
+        let (mut ours_cpu, mut theirs_cpu) = (cpu::Used::default(), cpu::Used::default());
         for round in 1..=rounds {
             let from = round * 100_000_000;
+            let before = ours_meter.read().await;
             let t = drive(&ours.base, connections, secs, from, false).await;
+            ours_cpu.add(&before, &ours_meter.read().await, t.total);
             unexpected += t.unexpected;
             samples.extend(t.samples);
             a.push(t.decisions as f64);
             la.extend(t.latencies_us);
+            let before = theirs_meter.read().await;
             let t = drive(&theirs.base, connections, secs, from, false).await;
+            theirs_cpu.add(&before, &theirs_meter.read().await, t.total);
             b.push(t.decisions as f64);
             lb.extend(t.latencies_us);
         }
@@ -414,6 +442,20 @@ async fn bench() {
             percentile(&lb, 0.99),
             ra / rb
         );
+        let ((os, op), (ts, tp)) = (ours_cpu.per_decision(), theirs_cpu.per_decision());
+        if *backend == "postgres" {
+            println!(
+                "  CPU per decision: oncegate serve {os:.0} µs + PostgreSQL {op:.0} µs; \
+                 hand-made {ts:.0} µs + PostgreSQL {tp:.0} µs ({:.2}x in all)",
+                (os + op) / (ts + tp).max(1.0)
+            );
+        } else {
+            println!(
+                "  CPU per decision, the store's work included: oncegate serve {os:.0} µs; \
+                 hand-made {ts:.0} µs ({:.2}x)",
+                os / ts.max(1.0)
+            );
+        }
         if unexpected > 0 {
             println!("  ({unexpected} oncegate answers were not the expected action or failed)");
             for s in samples.iter().take(3) {

@@ -5,8 +5,9 @@
 //! A few runners share one queue. A runner takes everything waiting (up to `MAX_BATCH`) while
 //! the others are busy, so the callers of a busy moment share a commit, then:
 //!
-//! 1. sends `BEGIN`, every journal entry, every decision's view (one statement each) and every
-//!    complete's guarded update at once (pipelined: one round trip);
+//! 1. sends `BEGIN`, every journal entry, every decision's view and every complete's guarded
+//!    update at once (pipelined: one round trip). A journal entry and the view of its own
+//!    decision are one statement (`journaled_view`);
 //! 2. runs each decision's matrix on its view, and sends every decision's writes (one chained
 //!    statement each, see `executor`) followed by `COMMIT` at once (a second round trip; the
 //!    writes go in the order of the locks they take, so two runners never wait on each other in
@@ -32,7 +33,7 @@ use time::OffsetDateTime;
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio_postgres::types::ToSql;
 
-use super::executor::{as_sql, cells, chained, Executor};
+use super::executor::{as_sql, cells, chained, renumbered, Executor};
 use super::retry::{retry_pause, MAX_TX_ATTEMPTS};
 use super::sqlstate::{lost_race, pg_err, pool_err};
 use crate::decision::writes::{self, Prepared};
@@ -344,6 +345,8 @@ enum Failure {
 enum Part {
     Journal,
     View,
+    /// A journal entry and its decision's view, in one statement.
+    JournalView,
     Complete,
     Write,
 }
@@ -426,17 +429,27 @@ async fn once(
     let mut first: Vec<(String, Vec<Value>, bool)> = Vec::new();
     let mut owners: Vec<(usize, Part)> = Vec::new();
     for (i, item) in items.iter().enumerate() {
-        if let Some((id, reception)) = &item.journal {
-            let (sql, params) = crate::delivery::journal_statement(id, reception);
-            first.push((sql.to_owned(), params, false));
-            owners.push((i, Part::Journal));
-        }
-        if let Some(d) = &item.decide {
-            if item.failed.is_none() {
+        let deciding = item.decide.as_ref().filter(|_| item.failed.is_none());
+        match (&item.journal, deciding) {
+            (Some((id, reception)), Some(d)) => {
+                let (sql, params) = journaled_view(
+                    crate::delivery::journal_statement(id, reception),
+                    view::statement(&d.scope, &d.request),
+                );
+                first.push((sql.to_owned(), params, true));
+                owners.push((i, Part::JournalView));
+            }
+            (Some((id, reception)), None) => {
+                let (sql, params) = crate::delivery::journal_statement(id, reception);
+                first.push((sql.to_owned(), params, false));
+                owners.push((i, Part::Journal));
+            }
+            (None, Some(d)) => {
                 let (sql, params) = view::statement(&d.scope, &d.request);
                 first.push((sql.to_owned(), params, true));
                 owners.push((i, Part::View));
             }
+            (None, None) => {}
         }
         if let Some(c) = &item.complete {
             let (sql, params) =
@@ -463,7 +476,7 @@ async fn once(
             }
         };
         match (part, answer) {
-            (Part::View, Answer::Rows(rows)) => {
+            (Part::View | Part::JournalView, Answer::Rows(rows)) => {
                 let d = items[i]
                     .decide
                     .as_ref()
@@ -591,6 +604,30 @@ async fn once(
     Ok(carry)
 }
 
+/// A journal entry and the view of its decision as one statement: the entry is a data-modifying
+/// `WITH`, which runs to completion whether or not the view reads it, and which the view's
+/// snapshot does not see (the view looks only at other deliveries). One statement instead of
+/// two per delivery: the server's work per statement (bind, executor start, portal, protocol
+/// messages) is most of a small insert's cost.
+fn journaled_view(
+    journal: (&'static str, Vec<Value>),
+    view: (&'static str, Vec<Value>),
+) -> (&'static str, Vec<Value>) {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let (journal_sql, mut params) = journal;
+    let (view_sql, view_params) = view;
+    let offset = params.len();
+    let sql = SQL.get_or_init(|| {
+        format!(
+            "WITH journaled AS ({journal_sql}) {}",
+            renumbered(view_sql, offset)
+        )
+    });
+    debug_assert!(sql.contains(journal_sql));
+    params.extend(view_params);
+    (sql.as_str(), params)
+}
+
 /// The order a decision's head takes its lock in (decisions without a head come first).
 fn lock_order(p: Option<&Prepared>) -> Option<String> {
     match p.and_then(Prepared::lock_key) {
@@ -606,7 +643,9 @@ fn member_failed(mut items: Vec<Item>, i: usize, part: Part, e: StoreError) -> V
     let item = &mut items[i];
     let journal_pending = item.journal.is_some();
     match part {
-        Part::View | Part::Write if journal_pending => {
+        // A failed journal-and-view statement says nothing of which of the two failed: the
+        // entry runs again alone, and fails on its own if it was the cause.
+        Part::View | Part::JournalView | Part::Write if journal_pending => {
             // Keep the entry; the decision's error waits for it to commit.
             item.failed = Some(e);
             return items;

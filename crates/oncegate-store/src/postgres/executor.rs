@@ -230,7 +230,7 @@ pub(super) fn chained(
 }
 
 /// `$n` → `$(n + offset)`.
-fn renumbered(sql: &str, offset: usize) -> String {
+pub(super) fn renumbered(sql: &str, offset: usize) -> String {
     let mut out = String::with_capacity(sql.len() + 16);
     let mut chars = sql.chars().peekable();
     while let Some(c) = chars.next() {

@@ -307,3 +307,80 @@ pub async fn a_member_that_fails_fails_alone(b: &Backend) {
     }
     drop(store);
 }
+
+/// Makes the journal entry of the deliveries whose body digest is `body-6` or `body-11` fail.
+async fn poison_journal(b: &Backend) {
+    match b.kind {
+        Kind::Sqlite => {
+            let path = b.url.trim_start_matches("sqlite://");
+            let conn = rusqlite::Connection::open(path).expect("open the test file");
+            conn.execute_batch(
+                "CREATE TRIGGER poison BEFORE INSERT ON deliveries \
+                 WHEN NEW.body_sha256 IN ('body-6', 'body-11') \
+                 BEGIN SELECT RAISE(ABORT, 'poisoned'); END;",
+            )
+            .expect("create the trigger");
+        }
+        Kind::Postgres => {
+            oncegate_store::testing::pg_admin(&b.url)
+                .await
+                .batch_execute(
+                    "ALTER TABLE deliveries ADD CONSTRAINT poison \
+                     CHECK (body_sha256 NOT IN ('body-6', 'body-11'))",
+                )
+                .await
+                .expect("add the constraint");
+        }
+    }
+}
+
+/// A journal entry that fails, alone or with its decision (one statement on PostgreSQL), is
+/// answered its error; the members it shared a batch with are journaled and decided once.
+pub async fn a_journal_entry_that_fails_fails_alone(b: &Backend) {
+    let store = b.open().await;
+    poison_journal(b).await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(MEMBERS));
+    let mut tasks = Vec::new();
+    for n in 0..MEMBERS {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let answer = if n.is_multiple_of(2) {
+                store
+                    .journal_and_decide(
+                        reception(n),
+                        request(n, &format!("re_{n}"), "{}"),
+                        &strong_critical,
+                    )
+                    .await
+                    .map(|(id, decided)| (id, Some(decided)))
+            } else {
+                store.journal(reception(n)).await.map(|id| (id, None))
+            };
+            (n, answer)
+        }));
+    }
+    for t in tasks {
+        let (n, answer) = t.await.expect("a caller");
+        if n == 6 || n == 11 {
+            let e = answer.expect_err("a poisoned journal entry fails");
+            // A rule refused it: permanent, not a 503 to retry.
+            assert!(!e.is_unavailable(), "delivery {n} is refused for good: {e}");
+            continue;
+        }
+        let (id, decided) = answer.unwrap_or_else(|e| panic!("delivery {n}: {e}"));
+        assert!(
+            store.delivery(&id).await.unwrap().is_some(),
+            "delivery {n} is journaled"
+        );
+        if let Some(decided) = decided {
+            let outcome = decided.unwrap_or_else(|e| panic!("delivery {n}: {e}"));
+            assert_eq!(outcome.decision.action, Action::Process, "delivery {n}");
+            assert!(store.proof(&id).await.unwrap().is_some(), "delivery {n}");
+            let effect = outcome.effect.expect("a process has its effect");
+            let effect = store.effect(&effect).await.unwrap().expect("the effect");
+            assert_eq!(effect.deliveries.len(), 1, "delivery {n}");
+        }
+    }
+    drop(store);
+}

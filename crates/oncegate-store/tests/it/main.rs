@@ -145,6 +145,7 @@ mod batches_on {
         batches;
         concurrent_callers_share_commits_and_keep_one_winner_per_key,
         a_member_that_fails_fails_alone,
+        a_journal_entry_that_fails_fails_alone,
     );
 }
 

@@ -1,0 +1,103 @@
+//! CPU time per decision, from `/proc`: the server process's own, and that of the PostgreSQL
+//! backends connected to its database. Throughput on a shared machine moves by ±10 % from run
+//! to run; the CPU a decision costs moves much less, and says which side of the socket it goes to.
+
+use std::collections::HashMap;
+
+/// The CPU time (user + system) of `pid` so far, in clock ticks; `None` when it is not a
+/// process of this machine.
+fn ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: the fields start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // `utime` and `stime` are fields 14 and 15 of stat(5); the state (field 3) is fields[0].
+    let user: u64 = fields.get(11)?.parse().ok()?;
+    let system: u64 = fields.get(12)?.parse().ok()?;
+    Some(user + system)
+}
+
+/// Microseconds per clock tick (`getconf CLK_TCK`, 100 on Linux).
+fn tick_us() -> f64 {
+    static TICK: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICK.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .map_or(10_000.0, |hz| 1e6 / hz)
+    })
+}
+
+/// What a side's processes had used at one moment.
+pub struct Reading {
+    server: u64,
+    backends: HashMap<u32, u64>,
+}
+
+/// Reads the CPU of one side: its server and, on PostgreSQL, its database's backends.
+pub struct Meter<'a> {
+    server: u32,
+    database: Option<(&'a tokio_postgres::Client, String)>,
+}
+
+impl<'a> Meter<'a> {
+    /// `database`: the admin connection and the URL of the side's PostgreSQL database.
+    pub fn new(server: u32, database: Option<(&'a tokio_postgres::Client, &str)>) -> Meter<'a> {
+        let database = database.map(|(admin, url)| {
+            let name = url.rsplit('/').next().unwrap_or_default();
+            (admin, name.split('?').next().unwrap_or_default().to_owned())
+        });
+        Meter { server, database }
+    }
+
+    pub async fn read(&self) -> Reading {
+        let mut backends = HashMap::new();
+        if let Some((admin, name)) = &self.database {
+            let rows = admin
+                .query(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = $1",
+                    &[name],
+                )
+                .await
+                .unwrap_or_default();
+            for row in rows {
+                let pid: i32 = row.get(0);
+                if let Some(t) = u32::try_from(pid).ok().and_then(ticks) {
+                    backends.insert(pid as u32, t);
+                }
+            }
+        }
+        Reading {
+            server: ticks(self.server).unwrap_or(0),
+            backends,
+        }
+    }
+}
+
+/// CPU used between readings, summed over slices.
+#[derive(Default)]
+pub struct Used {
+    server: u64,
+    backends: u64,
+    decisions: u64,
+}
+
+impl Used {
+    /// Adds what was used from `before` to `after` for `decisions` decisions. A backend that
+    /// appeared in between counts from zero; one that left takes its ticks with it.
+    pub fn add(&mut self, before: &Reading, after: &Reading, decisions: u64) {
+        self.server += after.server.saturating_sub(before.server);
+        for (pid, t) in &after.backends {
+            self.backends += t.saturating_sub(before.backends.get(pid).copied().unwrap_or(0));
+        }
+        self.decisions += decisions;
+    }
+
+    /// Microseconds of the server's CPU per decision, and of PostgreSQL's.
+    pub fn per_decision(&self) -> (f64, f64) {
+        let per = |t: u64| t as f64 * tick_us() / self.decisions.max(1) as f64;
+        (per(self.server), per(self.backends))
+    }
+}
