@@ -12,7 +12,8 @@
 //! Both servers run as their own processes on 127.0.0.1, each on a fresh store, and are measured
 //! A/B alternating in slices; a side's figure is the median of its slices. Printed per store:
 //! decisions per second of each side, their ratio, the p50/p99 of a delivery's answer, and the
-//! CPU time a decision costs each side's server and its PostgreSQL backends (`cpu`).
+//! CPU time a decision costs each side's server and its PostgreSQL backends, and on SQLite the
+//! bytes it writes to disk (`cpu`).
 //! Then the scale mode: the p99 of new decisions with 10k and with 1M stored effects (seeded
 //! with bulk SQL), and `oncegate serve`'s RSS before and after.
 //!
@@ -454,6 +455,11 @@ async fn bench() {
                 "  CPU per decision, the store's work included: oncegate serve {os:.0} µs; \
                  hand-made {ts:.0} µs ({:.2}x)",
                 os / ts.max(1.0)
+            );
+            println!(
+                "  written to disk per decision: oncegate serve {:.1} KiB; hand-made {:.1} KiB",
+                ours_cpu.written_kib(),
+                theirs_cpu.written_kib()
             );
         }
         if unexpected > 0 {

@@ -1,5 +1,5 @@
-//! CPU time per decision, from `/proc`: the server process's own, and that of the PostgreSQL
-//! backends connected to its database. Throughput on a shared machine moves by ±10 % from run
+//! CPU time and disk writes per decision, from `/proc`: the server process's own, and that of
+//! the PostgreSQL backends connected to its database. Throughput on a shared machine moves by ±10 % from run
 //! to run; the CPU a decision costs moves much less, and says which side of the socket it goes to.
 
 use std::collections::HashMap;
@@ -14,6 +14,16 @@ fn ticks(pid: u32) -> Option<u64> {
     let user: u64 = fields.get(11)?.parse().ok()?;
     let system: u64 = fields.get(12)?.parse().ok()?;
     Some(user + system)
+}
+
+/// The bytes `pid` caused to be written to storage so far (`write_bytes` of proc(5)'s `io`).
+fn written(pid: u32) -> Option<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Microseconds per clock tick (`getconf CLK_TCK`, 100 on Linux).
@@ -33,6 +43,7 @@ fn tick_us() -> f64 {
 /// What a side's processes had used at one moment.
 pub struct Reading {
     server: u64,
+    written: u64,
     backends: HashMap<u32, u64>,
 }
 
@@ -71,6 +82,7 @@ impl<'a> Meter<'a> {
         }
         Reading {
             server: ticks(self.server).unwrap_or(0),
+            written: written(self.server).unwrap_or(0),
             backends,
         }
     }
@@ -80,6 +92,7 @@ impl<'a> Meter<'a> {
 #[derive(Default)]
 pub struct Used {
     server: u64,
+    written: u64,
     backends: u64,
     decisions: u64,
 }
@@ -89,6 +102,7 @@ impl Used {
     /// appeared in between counts from zero; one that left takes its ticks with it.
     pub fn add(&mut self, before: &Reading, after: &Reading, decisions: u64) {
         self.server += after.server.saturating_sub(before.server);
+        self.written += after.written.saturating_sub(before.written);
         for (pid, t) in &after.backends {
             self.backends += t.saturating_sub(before.backends.get(pid).copied().unwrap_or(0));
         }
@@ -99,5 +113,10 @@ impl Used {
     pub fn per_decision(&self) -> (f64, f64) {
         let per = |t: u64| t as f64 * tick_us() / self.decisions.max(1) as f64;
         (per(self.server), per(self.backends))
+    }
+
+    /// KiB the server process wrote to storage per decision (SQLite's WAL and checkpoints).
+    pub fn written_kib(&self) -> f64 {
+        self.written as f64 / 1024.0 / self.decisions.max(1) as f64
     }
 }
