@@ -401,21 +401,9 @@ async fn bench() {
         let (mut la, mut lb) = (Vec::new(), Vec::new());
         let mut unexpected = 0;
         let mut samples = Vec::new();
-        let on_pg = |url: &str| {
-            admin
-                .as_ref()
-                .filter(|_| *backend == "postgres")
-                .map(|admin| (admin, url.to_owned()))
-        };
-        let (ours_pg, theirs_pg) = (on_pg(ours_url), on_pg(theirs_url));
-        let ours_meter = cpu::Meter::new(
-            ours.child.id(),
-            ours_pg.as_ref().map(|(c, u)| (*c, u.as_str())),
-        );
-        let theirs_meter = cpu::Meter::new(
-            theirs.child.id(),
-            theirs_pg.as_ref().map(|(c, u)| (*c, u.as_str())),
-        );
+        let pg = admin.as_ref().filter(|_| *backend == "postgres");
+        let ours_meter = cpu::Meter::new(ours.child.id(), pg.map(|a| (a, ours_url.as_str())));
+        let theirs_meter = cpu::Meter::new(theirs.child.id(), pg.map(|a| (a, theirs_url.as_str())));
         let (mut ours_cpu, mut theirs_cpu) = (cpu::Used::default(), cpu::Used::default());
         for round in 1..=rounds {
             let from = round * 100_000_000;
