@@ -227,25 +227,26 @@ pub async fn concurrent_callers_share_commits_and_keep_one_winner_per_key(b: &Ba
     drop((store, other));
 }
 
-/// Makes the proof of a decision whose details are `{"poison":true}` fail, as a constraint
-/// added under a running service would.
-async fn poison(b: &Backend) {
+/// Makes every insert into `table` of a row where `refused` holds fail, as a constraint added
+/// under a running service would. `refused` is a condition on the row's columns, spelled alike
+/// in SQLite's trigger (`NEW.` prefixed) and PostgreSQL's check.
+async fn poison(b: &Backend, table: &str, refused: &str) {
     match b.kind {
         Kind::Sqlite => {
             let path = b.url.trim_start_matches("sqlite://");
             let conn = rusqlite::Connection::open(path).expect("open the test file");
-            conn.execute_batch(
-                "CREATE TRIGGER poison BEFORE INSERT ON proofs WHEN NEW.details = '{\"poison\":true}' \
-                 BEGIN SELECT RAISE(ABORT, 'poisoned'); END;",
-            )
+            conn.execute_batch(&format!(
+                "CREATE TRIGGER poison BEFORE INSERT ON {table} WHEN NEW.{refused} \
+                 BEGIN SELECT RAISE(ABORT, 'poisoned'); END;"
+            ))
             .expect("create the trigger");
         }
         Kind::Postgres => {
             oncegate_store::testing::pg_admin(&b.url)
                 .await
-                .batch_execute(
-                    "ALTER TABLE proofs ADD CONSTRAINT poison CHECK (details <> '{\"poison\":true}')",
-                )
+                .batch_execute(&format!(
+                    "ALTER TABLE {table} ADD CONSTRAINT poison CHECK (NOT ({refused}))"
+                ))
                 .await
                 .expect("add the constraint");
         }
@@ -256,7 +257,8 @@ const MEMBERS: usize = 32;
 
 pub async fn a_member_that_fails_fails_alone(b: &Backend) {
     let store = b.open().await;
-    poison(b).await;
+    // The proofs of decisions whose details are `{"poison":true}`.
+    poison(b, "proofs", r#"details = '{"poison":true}'"#).await;
     let barrier = Arc::new(tokio::sync::Barrier::new(MEMBERS));
     let mut tasks = Vec::new();
     for n in 0..MEMBERS {
@@ -308,37 +310,12 @@ pub async fn a_member_that_fails_fails_alone(b: &Backend) {
     drop(store);
 }
 
-/// Makes the journal entry of the deliveries whose body digest is `body-6` or `body-11` fail.
-async fn poison_journal(b: &Backend) {
-    match b.kind {
-        Kind::Sqlite => {
-            let path = b.url.trim_start_matches("sqlite://");
-            let conn = rusqlite::Connection::open(path).expect("open the test file");
-            conn.execute_batch(
-                "CREATE TRIGGER poison BEFORE INSERT ON deliveries \
-                 WHEN NEW.body_sha256 IN ('body-6', 'body-11') \
-                 BEGIN SELECT RAISE(ABORT, 'poisoned'); END;",
-            )
-            .expect("create the trigger");
-        }
-        Kind::Postgres => {
-            oncegate_store::testing::pg_admin(&b.url)
-                .await
-                .batch_execute(
-                    "ALTER TABLE deliveries ADD CONSTRAINT poison \
-                     CHECK (body_sha256 NOT IN ('body-6', 'body-11'))",
-                )
-                .await
-                .expect("add the constraint");
-        }
-    }
-}
-
 /// A journal entry that fails, alone or with its decision (one statement on PostgreSQL), is
 /// answered its error; the members it shared a batch with are journaled and decided once.
 pub async fn a_journal_entry_that_fails_fails_alone(b: &Backend) {
     let store = b.open().await;
-    poison_journal(b).await;
+    // The journal entries of deliveries 6 and 11.
+    poison(b, "deliveries", "body_sha256 IN ('body-6', 'body-11')").await;
     let barrier = Arc::new(tokio::sync::Barrier::new(MEMBERS));
     let mut tasks = Vec::new();
     for n in 0..MEMBERS {
