@@ -32,6 +32,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "load-bench-ingest-token";
+/// Reads `/metrics` (the store's batch sizes).
+const OPERATOR_TOKEN: &str = "load-bench-operator-token";
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -289,7 +291,10 @@ async fn oncegate(store: &str) -> Server {
         .arg(contract())
         .arg("--no-purge")
         .args(["--store", store, "--listen", &format!("127.0.0.1:{port}")])
-        .env("ONCEGATE_TOKENS", format!("ingest:*:{TOKEN}"))
+        .env(
+            "ONCEGATE_TOKENS",
+            format!("ingest:*:{TOKEN};operator:*:{OPERATOR_TOKEN}"),
+        )
         .env("ONCEGATE_KEY_SALT", "load-bench-salt-load-bench-salt")
         .env("PAYFLOW_SIGNING_SECRET", "load-bench-secret")
         .env("ONCEGATE_LOG", "off")
@@ -405,11 +410,14 @@ async fn bench() {
         let ours_meter = cpu::Meter::new(ours.child.id(), pg.map(|a| (a, ours_url.as_str())));
         let theirs_meter = cpu::Meter::new(theirs.child.id(), pg.map(|a| (a, theirs_url.as_str())));
         let (mut ours_cpu, mut theirs_cpu) = (cpu::Used::default(), cpu::Used::default());
+        let mut batches = BatchSizes::default();
         for round in 1..=rounds {
             let from = round * 100_000_000;
             let before = ours_meter.read().await;
+            let sizes_before = BatchSizes::scrape(&ours.base).await;
             let t = drive(&ours.base, connections, secs, from, false).await;
             ours_cpu.add(&before, &ours_meter.read().await, t.total);
+            batches.add(&sizes_before, &BatchSizes::scrape(&ours.base).await);
             unexpected += t.unexpected;
             samples.extend(t.samples);
             a.push(t.decisions as f64);
@@ -450,6 +458,7 @@ async fn bench() {
                 theirs_cpu.written_kib()
             );
         }
+        println!("  {}", batches.line());
         if unexpected > 0 {
             println!("  ({unexpected} oncegate answers were not the expected action or failed)");
             for s in samples.iter().take(3) {
@@ -480,6 +489,97 @@ async fn bench() {
                 .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                 .await;
         }
+    }
+}
+
+/// The store's group commits during the timed slices, from `oncegate_store_batch_calls` (a
+/// histogram: cumulative counts per `le`, then `_count` and `_sum`).
+#[derive(Debug, Default, Clone)]
+struct BatchSizes {
+    /// (`le`, batches at or under it), cumulative, in the order served.
+    buckets: Vec<(String, f64)>,
+    batches: f64,
+    calls: f64,
+}
+
+impl BatchSizes {
+    async fn scrape(base: &str) -> BatchSizes {
+        let text = match reqwest::Client::new()
+            .get(format!("{base}/metrics"))
+            .bearer_auth(OPERATOR_TOKEN)
+            .send()
+            .await
+        {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let mut seen = BatchSizes::default();
+        for line in text.lines() {
+            let Some((name, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let value: f64 = value.parse().unwrap_or(0.0);
+            if let Some(le) = name
+                .strip_prefix("oncegate_store_batch_calls_bucket{le=\"")
+                .and_then(|r| r.strip_suffix("\"}"))
+            {
+                seen.buckets.push((le.to_owned(), value));
+            } else if name == "oncegate_store_batch_calls_count" {
+                seen.batches = value;
+            } else if name == "oncegate_store_batch_calls_sum" {
+                seen.calls = value;
+            }
+        }
+        seen
+    }
+
+    /// Adds what happened between two scrapes.
+    fn add(&mut self, before: &BatchSizes, after: &BatchSizes) {
+        if self.buckets.is_empty() {
+            self.buckets = after
+                .buckets
+                .iter()
+                .map(|(le, _)| (le.clone(), 0.0))
+                .collect();
+        }
+        for ((_, total), ((_, a), (_, b))) in self
+            .buckets
+            .iter_mut()
+            .zip(after.buckets.iter().zip(&before.buckets))
+        {
+            *total += a - b;
+        }
+        self.batches += after.batches - before.batches;
+        self.calls += after.calls - before.calls;
+    }
+
+    /// `group commits: N, M calls each on average; share of batches by calls: ≤1 x %, …`.
+    fn line(&self) -> String {
+        if self.batches <= 0.0 {
+            return "group commits: none reported".to_owned();
+        }
+        let mut previous = 0.0;
+        let mut shares = Vec::new();
+        let mut bound = "1".to_owned();
+        for (le, cumulative) in &self.buckets {
+            let share = 100.0 * (cumulative - previous) / self.batches;
+            previous = *cumulative;
+            let label = if le == "+Inf" {
+                format!(">{bound}")
+            } else {
+                let le = le.parse::<f64>().map_or(le.clone(), |b| format!("{b:.0}"));
+                let label = format!("≤{le}");
+                bound = le.clone();
+                label
+            };
+            shares.push(format!("{label} {share:.0} %"));
+        }
+        format!(
+            "group commits: {:.0}, {:.1} calls each on average; batches by calls: {}",
+            self.batches,
+            self.calls / self.batches,
+            shares.join(", ")
+        )
     }
 }
 

@@ -8,8 +8,9 @@
 //! link, a queue item) together with its proof as one atomic unit: the write that settles a
 //! race first (the reservation's insert into the unique index, a takeover's token-guarded
 //! update), the rest only if it changed a row. SQLite runs all of it in one transaction on its
-//! writer thread; PostgreSQL in two statements without BEGIN or COMMIT (the view, then every
-//! write chained into one statement). A decision that loses a race writes nothing and is read
+//! writer thread; PostgreSQL in a batch's transaction shared with other callers, set-oriented
+//! (every member's view in one statement, then every member's writes chained into one), or,
+//! for a delivery journaled by another instance, in two statements without BEGIN or COMMIT. A decision that loses a race writes nothing and is read
 //! and run again. A `process` answer is only given once its reservation has committed, and a
 //! key has exactly one winner under any concurrency because the reservation is an atomic
 //! insert into a unique index.
@@ -25,6 +26,7 @@ use oncegate_core::matrix::Decision;
 use time::{Duration, OffsetDateTime};
 
 pub mod alias;
+pub mod batch_sizes;
 pub mod breaker;
 pub mod decision;
 pub mod delivery;
@@ -52,6 +54,7 @@ pub mod testing;
 mod wakeup;
 
 pub use alias::{MigrationSource, NewAlias};
+pub use batch_sizes::{BatchSizes, BatchSizesSeen, BATCH_SIZE_BOUNDS};
 pub use breaker::{Breaker, BreakerRecord, BreakerRule, BreakerScope, BreakerState, BreakerTally};
 pub use decision::{
     DecideOutcome, DecideRequest, EffectKey, Horizon, KeyScope, PriorEffect, PriorView,
@@ -119,6 +122,12 @@ pub trait Store: Send + Sync {
 
     /// Readiness: the database answers and accepts a trivial query.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// The sizes of the group commits this store ran since it opened (calls per batch), for a
+    /// backend that gathers calls into shared commits.
+    fn batch_sizes(&self) -> Option<Arc<BatchSizes>> {
+        None
+    }
 
     /// Journals one reception in its own commit, before anything is decided (rejected ones
     /// too) and returns its new id.

@@ -10,14 +10,15 @@
 //! The hot path is grouped across callers (`batch`): the journal entries, decisions (of
 //! deliveries this instance journaled) and completes waiting at one moment share one
 //! transaction, two round trips and one commit, and every caller is answered after that commit.
-//! A decision is its view (one statement) and all its writes (one statement chained on the
-//! conditional one, see `executor`'s `chained`); one whose conditional write finds the ground
-//! moved writes nothing and reads its view again in the next batch. A decision of a delivery
-//! journaled elsewhere runs on its own, outside any explicit transaction, and the breaker read
-//! before a decision is one statement.
+//! The batch's statements are set-oriented (`set`): every member's journal entry and view in
+//! one statement, every complete in one, every decision's writes in one (chained on the
+//! conditional writes); one whose conditional write finds the ground moved writes nothing and
+//! reads its view again in the next batch. A decision of a delivery journaled elsewhere runs on
+//! its own, outside any explicit transaction (its view, then its writes chained into one
+//! statement, see `executor`'s `chained`).
 //!
-//! `batch` is the group commit; `executor` runs the shared operations over a pooled connection
-//! or a transaction alike;
+//! `batch` is the group commit, `set` its statements; `executor` runs the shared operations
+//! over a pooled connection or a transaction alike;
 //! `sqlstate` sorts the database's refusals into what the caller can act on; `retry` is the
 //! one retry.
 //!
@@ -34,8 +35,12 @@
 //!   RETURNING`, `SELECT … FOR UPDATE SKIP LOCKED` (CockroachDB ≥ 23.1, YugabyteDB ≥ 2.18),
 //!   `COUNT(CASE …)`, correlated `NOT EXISTS` sub-queries and `IN (sub-query)` deletes;
 //! * data-modifying statements in `WITH` and `INSERT … SELECT … FROM` one of them (a
-//!   decision's writes, see `executor`; each part writes a different table, as CockroachDB
-//!   requires by default; documented by CockroachDB since 2.0, and YugabyteDB uses PostgreSQL's parser);
+//!   decision's writes, see `executor`; documented by CockroachDB since 2.0, and YugabyteDB uses
+//!   PostgreSQL's parser). A batch's writes may update some rows of `effects` (takeovers) and
+//!   insert others in one statement, which CockroachDB accepts only with
+//!   `enable_multiple_modifications_of_table`;
+//! * arrays as statement parameters, read with `unnest` (the batches' set statements; both
+//!   engines document `unnest` and array parameters);
 //! * every statement is safe to re-run in a new transaction, and the whole transaction is
 //!   retried on 40001, which CockroachDB (SERIALIZABLE by default) returns routinely;
 //! * the migrations use `CREATE TABLE / INDEX IF NOT EXISTS` and record their version with
@@ -66,6 +71,7 @@ use crate::Matrix;
 mod batch;
 mod executor;
 mod retry;
+mod set;
 mod sqlstate;
 
 use batch::{Batcher, Completing, Deciding, Item};
@@ -286,6 +292,10 @@ macro_rules! run {
 crate::operations::store_impl!(PgStore, run, {
     fn backend(&self) -> &'static str {
         "postgres"
+    }
+
+    fn batch_sizes(&self) -> Option<std::sync::Arc<crate::BatchSizes>> {
+        Some(self.batcher.sizes())
     }
 
     async fn ping(&self) -> Result<()> {

@@ -66,6 +66,8 @@ pub struct SqliteStore {
     writer: Option<mpsc::Sender<Box<dyn WriteJob>>>,
     thread: Option<JoinHandle<()>>,
     readers: Arc<Readers>,
+    /// The writer's batches, by their number of calls.
+    batch_sizes: Arc<crate::BatchSizes>,
     /// Dropped after the writer stopped (fields drop after `drop`): a last checkpoint.
     _checkpointer: checkpoint::Checkpointer,
 }
@@ -79,14 +81,17 @@ impl SqliteStore {
             .await
             .map_err(|_| StoreError::unavailable_plain("the SQLite open task stopped"))??;
         let (tx, rx) = mpsc::channel::<Box<dyn WriteJob>>();
+        let batch_sizes = Arc::new(crate::BatchSizes::default());
+        let sizes = batch_sizes.clone();
         let thread = std::thread::Builder::new()
             .name("oncegate-sqlite-writer".to_owned())
-            .spawn(move || writer_loop(conn, rx))
+            .spawn(move || writer_loop(conn, rx, &sizes))
             .map_err(|e| StoreError::unavailable("the SQLite writer thread could not start", e))?;
         let checkpointer = checkpoint::Checkpointer::start(&path)?;
         Ok(SqliteStore {
             writer: Some(tx),
             thread: Some(thread),
+            batch_sizes,
             _checkpointer: checkpointer,
             readers: Arc::new(Readers {
                 path,
@@ -394,6 +399,10 @@ macro_rules! run {
 crate::operations::store_impl!(SqliteStore, run, {
     fn backend(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn batch_sizes(&self) -> Option<Arc<crate::BatchSizes>> {
+        Some(self.batch_sizes.clone())
     }
 
     async fn ping(&self) -> Result<()> {

@@ -121,6 +121,7 @@ impl Gate {
             max_depth: settings.max_depth,
         };
         let lease = config.lease.unwrap_or(settings.lease);
+        let metrics = Metrics::new(config.store.batch_sizes());
         Gate(Arc::new(Inner {
             contract: config.contract,
             store: config.store,
@@ -129,7 +130,7 @@ impl Gate {
             lease,
             breaker_window: to_time(config.breaker_window),
             limits,
-            metrics: Metrics::new(),
+            metrics,
             wake: Arc::new(tokio::sync::Notify::new()),
             forward_wake: Arc::new(tokio::sync::Notify::new()),
             backlog: Backlog::default(),

@@ -5,12 +5,13 @@
 //! store when `/metrics` is scraped, so every instance sharing a database reports the same
 //! values.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use oncegate_core::matrix::{Action, Decision, Flag, Layer};
 use oncegate_store::{
-    BreakerRule, BreakerScope, QueueFilter, QueueKind, QueueStatus, Store, TenantFilter,
+    BatchSizes, BreakerRule, BreakerScope, QueueFilter, QueueKind, QueueStatus, Store,
+    TenantFilter, BATCH_SIZE_BOUNDS,
 };
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -85,6 +86,36 @@ const EFFECT_GAUGE_INTERVAL: Duration = Duration::from_secs(30);
 /// this value (with the oldest age still exact, the listing being oldest first).
 const QUEUE_SCAN_LIMIT: u32 = 10_000;
 
+/// The store's batch sizes as a histogram, read when scraped (the store counts them itself).
+#[derive(Debug)]
+struct BatchSizesMetric(Arc<BatchSizes>);
+
+impl prometheus_client::encoding::EncodeMetric for BatchSizesMetric {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::MetricEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let seen = self.0.snapshot();
+        // `f64::MAX` is how the encoder spells the `+Inf` bucket.
+        let buckets: Vec<(f64, u64)> = BATCH_SIZE_BOUNDS
+            .iter()
+            .map(|&bound| bound as f64)
+            .chain(std::iter::once(f64::MAX))
+            .zip(seen.per_bucket)
+            .collect();
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            seen.calls as f64,
+            seen.batches,
+            &buckets,
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Histogram
+    }
+}
+
 /// A gate's Prometheus registry and its counters, gauges and histograms (`oncegate_*`).
 pub struct Metrics {
     registry: Registry,
@@ -113,9 +144,17 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// A new registry with every family registered.
-    pub(crate) fn new() -> Metrics {
+    /// A new registry with every family registered; `batch_sizes`, the store's group commits
+    /// when it has them.
+    pub(crate) fn new(batch_sizes: Option<Arc<BatchSizes>>) -> Metrics {
         let mut registry = Registry::with_prefix("oncegate");
+        if let Some(sizes) = batch_sizes {
+            registry.register(
+                "store_batch_calls",
+                "Calls gathered into each group commit of the store (one transaction, one commit)",
+                BatchSizesMetric(sizes),
+            );
+        }
         let deliveries = Family::<DeliveryLabels, Counter>::default();
         registry.register(
             "deliveries",

@@ -62,6 +62,24 @@ pub async fn health_metrics_and_unknown_routes(kind: Kind) {
         assert!(text.contains(needle), "metrics lack {needle:?}:\n{text}");
     }
     assert!(!text.contains(PAYFLOW_SECRET) && !text.contains("ada@example.com"));
+    // The store's group commits: every call the traffic above made ran in one, so there were
+    // batches, holding at least one call each, every one of them in the `+Inf` bucket.
+    let sample = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("metrics lack {name}:\n{text}"))
+    };
+    let batches = sample("oncegate_store_batch_calls_count");
+    let calls = sample("oncegate_store_batch_calls_sum");
+    assert!(
+        batches >= 1.0 && calls >= batches,
+        "{batches} batches, {calls} calls"
+    );
+    assert_eq!(
+        sample("oncegate_store_batch_calls_bucket{le=\"+Inf\"}"),
+        batches
+    );
+    assert!(sample("oncegate_store_batch_calls_bucket{le=\"1.0\"}") <= batches);
 
     // Unknown routes and methods answer in the error shape too.
     let nf = s.get("/v1/nothing-here", Some(ADMIN)).await;

@@ -2,29 +2,34 @@
 //! with its decision, a holder's complete) from every caller of the instance, gathered into one
 //! transaction on one connection, in two round trips and one commit for the whole batch.
 //!
-//! A few runners share one queue. A runner takes everything waiting (up to `MAX_BATCH`) while
-//! the others are busy, so the callers of a busy moment share a commit, then:
+//! A few runners share one queue. A runner takes everything waiting (up to `MAX_BATCH`), and
+//! while another batch is in flight keeps gathering for a moment (`Gathering`), so the callers
+//! of a busy moment share a commit. Every statement is set-oriented (`set`): a batch costs the
+//! same few statements whatever its size. Then:
 //!
-//! 1. sends `BEGIN`, every journal entry, every decision's view and every complete's guarded
-//!    update at once (pipelined: one round trip). A journal entry and the view of its own
-//!    decision are one statement (`journaled_view`);
-//! 2. runs each decision's matrix on its view, and sends every decision's writes (one chained
-//!    statement each, see `executor`) followed by `COMMIT` at once (a second round trip; the
-//!    writes go in the order of the locks they take, so two runners never wait on each other in
-//!    a cycle);
-//! 3. answers each caller only now, after the commit.
+//! 1. it sends `BEGIN`, one statement for every journal entry and every decision's view (the
+//!    entries a data-modifying `WITH` in front of the views), and one for every complete's
+//!    guarded update, at once (pipelined: one round trip);
+//! 2. it runs each decision's matrix on its view, and sends every decision's writes as one
+//!    statement (`chained_set`) followed by `COMMIT` (a second round trip; the rows go in the
+//!    order of the locks they take, so two runners never wait on each other in a cycle);
+//! 3. it answers each caller only now, after the commit.
 //!
 //! Isolation of the members: a decision whose conditional write found its key taken (by another
 //! member, or another transaction) wrote nothing, and is read and decided again in the next
-//! batch, as the single-call path does. A member whose statement fails on its own (a delivery
-//! decided twice, a constraint) makes the transaction abort there: it is rolled back whole, that
-//! member gets its error, and every other member runs again in the next batch, so none is failed
-//! or written twice. A journal entry whose decision failed is journaled all the same (the entry
-//! runs again without the decision). A batch that loses a serialization race (40001, 40P01) is
-//! rolled back and its members run again one by one, each with the jittered retry of `retry`.
+//! batch, as the single-call path does; so is one whose lock another member of the batch takes
+//! first. A statement refused (a delivery decided twice, a constraint) aborts the transaction,
+//! and a set statement cannot say whose row it was: the batch is rolled back whole and each
+//! member runs again alone, where a refusal is its member's own (it gets its error) and every
+//! other member commits, none failed or written twice. A journal entry whose decision failed is
+//! journaled all the same (the entry runs again without the decision). A batch that loses a
+//! serialization race (40001, 40P01) is rolled back and its members run again one by one, each
+//! with the jittered retry of `retry`.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
@@ -33,8 +38,9 @@ use time::OffsetDateTime;
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio_postgres::types::ToSql;
 
-use super::executor::{as_sql, cells, chained, renumbered, Executor};
+use super::executor::{cells, Executor};
 use super::retry::{retry_pause, MAX_TX_ATTEMPTS};
+use super::set::{self, Array, Rows};
 use super::sqlstate::{lost_race, pg_err, pool_err};
 use crate::decision::writes::{self, Prepared};
 use crate::decision::{view, DecideOutcome, DecideRequest, PriorView};
@@ -42,6 +48,7 @@ use crate::delivery::NewReception;
 use crate::error::StoreError;
 use crate::plan::{Scope, MAX_ATTEMPTS};
 use crate::sql::{Row, Value};
+use crate::BatchSizes;
 use crate::SharedMatrix;
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -54,6 +61,22 @@ const MAX_BATCH: usize = 64;
 /// Batches in flight at once, each on its own pooled connection: while one waits for its commit
 /// to reach the disk, the next gathers and runs its statements.
 const RUNNERS: usize = 3;
+
+/// The longest a batch waits for more calls, from its first one, while another batch is in
+/// flight (see `Gathering`).
+const GATHER: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// How the runners fill their batches (a pipelined group commit): while another batch is in
+/// flight, the next one keeps gathering until it holds as many calls as the last batch did (its
+/// callers usually come straight back with their next call), or for at most `GATHER`. With no
+/// batch in flight the database is idle, and a batch starts with what is there.
+#[derive(Default)]
+struct Gathering {
+    /// Batches being run.
+    in_flight: AtomicUsize,
+    /// The size of the last batch started.
+    last: AtomicUsize,
+}
 
 /// Where a call's answer goes, in the shape its `Store` method returns.
 pub(super) enum Reply {
@@ -210,6 +233,7 @@ impl Item {
 /// The queue the store's calls join, and its runners.
 pub(super) struct Batcher {
     jobs: mpsc::UnboundedSender<Item>,
+    sizes: Arc<BatchSizes>,
 }
 
 impl Batcher {
@@ -219,10 +243,23 @@ impl Batcher {
     pub fn start(pool: Pool, begin: &'static str) -> Batcher {
         let (jobs, queue) = mpsc::unbounded_channel();
         let queue = Arc::new(Mutex::new(queue));
+        let sizes = Arc::new(BatchSizes::default());
+        let gathering = Arc::new(Gathering::default());
         for _ in 0..RUNNERS {
-            tokio::spawn(runner(pool.clone(), queue.clone(), begin));
+            tokio::spawn(runner(
+                pool.clone(),
+                queue.clone(),
+                begin,
+                sizes.clone(),
+                gathering.clone(),
+            ));
         }
-        Batcher { jobs }
+        Batcher { jobs, sizes }
+    }
+
+    /// The batches run so far, by their number of calls.
+    pub fn sizes(&self) -> Arc<BatchSizes> {
+        self.sizes.clone()
     }
 
     /// Queues one call; its answer comes through the item's reply.
@@ -235,7 +272,13 @@ impl Batcher {
     }
 }
 
-async fn runner(pool: Pool, queue: Arc<Mutex<mpsc::UnboundedReceiver<Item>>>, begin: &'static str) {
+async fn runner(
+    pool: Pool,
+    queue: Arc<Mutex<mpsc::UnboundedReceiver<Item>>>,
+    begin: &'static str,
+    sizes: Arc<BatchSizes>,
+    gathering: Arc<Gathering>,
+) {
     let mut carry: Vec<Item> = Vec::new();
     loop {
         let mut batch = std::mem::take(&mut carry);
@@ -259,8 +302,22 @@ async fn runner(pool: Pool, queue: Arc<Mutex<mpsc::UnboundedReceiver<Item>>>, be
                     Err(_) => break,
                 }
             }
+            let wanted = gathering.last.load(Ordering::Relaxed).min(MAX_BATCH);
+            if batch.len() < wanted && gathering.in_flight.load(Ordering::Relaxed) > 0 {
+                let deadline = tokio::time::Instant::now() + GATHER;
+                while batch.len() < wanted {
+                    match tokio::time::timeout_at(deadline, queue.recv()).await {
+                        Ok(Some(item)) => batch.push(item),
+                        _ => break,
+                    }
+                }
+            }
+            gathering.last.store(batch.len(), Ordering::Relaxed);
         }
+        sizes.record(batch.len());
+        gathering.in_flight.fetch_add(1, Ordering::Relaxed);
         carry = run(&pool, batch, begin).await;
+        gathering.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -281,12 +338,14 @@ async fn run(pool: &Pool, items: Vec<Item>, begin: &str) -> Vec<Item> {
     }
     match once(&client, items, begin).await {
         Ok(carry) => carry,
-        Err((Failure::LostRace(_), items)) => {
+        Err((failure @ (Failure::LostRace(_) | Failure::Refused(_)), items)) => {
             rollback(&client).await;
             // Run each member on its own, each with the single call's retry.
             let mut carry = Vec::new();
             for item in items {
-                retry_pause(1).await;
+                if matches!(failure, Failure::LostRace(_)) {
+                    retry_pause(1).await;
+                }
                 carry.extend(alone(&client, vec![item], begin).await);
             }
             carry
@@ -321,7 +380,7 @@ async fn alone(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin: 
                 retry_pause(lost).await;
                 items = back;
             }
-            Err((Failure::Unavailable(e), back)) => {
+            Err((Failure::Unavailable(e) | Failure::Refused(e), back)) => {
                 rollback(client).await;
                 for item in back {
                     item.fail(copy(&e));
@@ -338,6 +397,9 @@ enum Failure {
     LostRace(StoreError),
     /// The connection or the server: every member gets this error.
     Unavailable(StoreError),
+    /// A statement refused one member's row, but a set statement cannot say whose: each
+    /// member runs again alone, where a refusal is its own.
+    Refused(StoreError),
 }
 
 /// The part of a member a statement of the batch belongs to.
@@ -353,17 +415,20 @@ enum Part {
 
 /// What a statement answered.
 enum Answer {
-    Count(u64),
+    Done,
     Rows(Vec<Row>),
 }
 
 type Pending<'a> = Pin<Box<dyn Future<Output = Result<Answer>> + Send + 'a>>;
 
+/// One statement of a round trip: its text, its array parameters, and whether it returns rows.
+type Sent = (String, Vec<Array>, bool);
+
 /// Runs `statements` pipelined on `client`, after `begin` (the text that starts the
 /// transaction) or before `COMMIT` (`commit`): one round trip. Each statement's answer, in order.
 async fn pipelined(
     client: &deadpool_postgres::Client,
-    statements: &[(String, Vec<Value>, bool)],
+    statements: &[Sent],
     begin: Option<&str>,
     commit: bool,
 ) -> Result<Vec<Result<Answer>>> {
@@ -371,13 +436,9 @@ async fn pipelined(
     for (sql, _, _) in statements {
         prepared.push(client.prepare_cached(sql).await.map_err(pg_err)?);
     }
-    let spelled: Vec<_> = statements
+    let refs: Vec<Vec<&(dyn ToSql + Sync)>> = statements
         .iter()
-        .map(|(_, params, _)| crate::nul::params(params))
-        .collect();
-    let refs: Vec<Vec<&(dyn ToSql + Sync)>> = spelled
-        .iter()
-        .map(|params| params.iter().map(as_sql).collect())
+        .map(|(_, params, _)| params.iter().map(Array::as_sql).collect())
         .collect();
     let client_ref: &tokio_postgres::Client = client;
     let answers = futures_util::future::join_all(prepared.iter().zip(&refs).zip(statements).map(
@@ -389,9 +450,8 @@ async fn pipelined(
                 })
             } else {
                 Box::pin(async move {
-                    Ok(Answer::Count(
-                        client_ref.execute(stmt, params).await.map_err(pg_err)?,
-                    ))
+                    client_ref.execute(stmt, params).await.map_err(pg_err)?;
+                    Ok(Answer::Done)
                 })
             }
         },
@@ -418,79 +478,172 @@ async fn pipelined(
     Ok(answers)
 }
 
+type Attempt = std::result::Result<Vec<Item>, (Failure, Vec<Item>)>;
+
+/// A statement of the batch refused with `e`: a lone member gets the error as its own (part
+/// `part` failed); in a batch of several the statement cannot say whose row it was, so the
+/// batch is handed back whole, for its members to run again one by one.
+async fn refused(
+    client: &deadpool_postgres::Client,
+    items: Vec<Item>,
+    part: impl FnOnce(&Item) -> Part,
+    e: StoreError,
+) -> Attempt {
+    if lost_race(&e) || e.is_unavailable() {
+        return Err((whole(e), items));
+    }
+    rollback(client).await;
+    if items.len() == 1 {
+        let part = part(&items[0]);
+        return Ok(member_failed(items, 0, part, e));
+    }
+    Err((Failure::Refused(e), items))
+}
+
+/// The part of the first round trip's statement a lone member failed in.
+fn first_part(item: &Item) -> Part {
+    match (&item.journal, &item.decide) {
+        (Some(_), Some(_)) if item.failed.is_none() => Part::JournalView,
+        (Some(_), _) => Part::Journal,
+        (None, Some(_)) => Part::View,
+        (None, None) => Part::Complete,
+    }
+}
+
 /// One attempt at a batch: everything written and committed, every member answered or handed
 /// back to run again; or the whole batch undone, every member handed back with the cause.
-async fn once(
-    client: &deadpool_postgres::Client,
-    mut items: Vec<Item>,
-    begin: &str,
-) -> std::result::Result<Vec<Item>, (Failure, Vec<Item>)> {
-    // Round trip 1: BEGIN, journal entries, views, completes.
-    let mut first: Vec<(String, Vec<Value>, bool)> = Vec::new();
-    let mut owners: Vec<(usize, Part)> = Vec::new();
+///
+/// Each round trip is a few set statements whatever the batch's size (see `set`): the journal
+/// entries and the views in one, the completes in one, then every decision's writes chained on
+/// their conditional writes in one.
+async fn once(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin: &str) -> Attempt {
+    // Two completes of one effect in one statement would update its row twice: the later one
+    // waits for the next batch.
+    let mut later = Vec::new();
+    let mut completing = HashSet::new();
+    let mut i = 0;
+    while i < items.len() {
+        match &items[i].complete {
+            Some(c) if !completing.insert(c.effect.clone()) => later.push(items.remove(i)),
+            _ => i += 1,
+        }
+    }
+    match written(client, items, begin).await {
+        Ok(mut carry) => {
+            carry.extend(later);
+            Ok(carry)
+        }
+        Err((failure, mut items)) => {
+            items.extend(later);
+            Err((failure, items))
+        }
+    }
+}
+
+/// Round trip 1: BEGIN, every journal entry and every view in one statement, every complete in
+/// another.
+fn first_round(items: &[Item]) -> Result<Vec<(Sent, Vec<usize>, Part)>> {
+    let mut journal: Option<Rows> = None;
+    let mut views: Option<Rows> = None;
+    let mut completes: Option<Rows> = None;
+    let mut viewers = Vec::new();
+    let mut completers = Vec::new();
     for (i, item) in items.iter().enumerate() {
-        let deciding = item.decide.as_ref().filter(|_| item.failed.is_none());
-        match (&item.journal, deciding) {
-            (Some((id, reception)), Some(d)) => {
-                let (sql, params) = journaled_view(
-                    crate::delivery::journal_statement(id, reception),
-                    view::statement(&d.scope, &d.request),
-                );
-                first.push((sql.to_owned(), params, true));
-                owners.push((i, Part::JournalView));
-            }
-            (Some((id, reception)), None) => {
-                let (sql, params) = crate::delivery::journal_statement(id, reception);
-                first.push((sql.to_owned(), params, false));
-                owners.push((i, Part::Journal));
-            }
-            (None, Some(d)) => {
-                let (sql, params) = view::statement(&d.scope, &d.request);
-                first.push((sql.to_owned(), params, true));
-                owners.push((i, Part::View));
-            }
-            (None, None) => {}
+        if let Some((id, reception)) = &item.journal {
+            let (sql, params) = crate::delivery::journal_statement(id, reception);
+            journal
+                .get_or_insert_with(|| Rows::new(sql))
+                .push(i, params)?;
+        }
+        if let Some(d) = item.decide.as_ref().filter(|_| item.failed.is_none()) {
+            let (sql, params) = view::statement(&d.scope, &d.request);
+            views
+                .get_or_insert_with(|| Rows::new(sql))
+                .push(i, params)?;
+            viewers.push(i);
         }
         if let Some(c) = &item.complete {
             let (sql, params) =
                 crate::effect::complete_statement(&c.effect, c.token, &c.result, c.now);
-            first.push((sql.to_owned(), params, false));
-            owners.push((i, Part::Complete));
+            completes
+                .get_or_insert_with(|| Rows::new(sql))
+                .push(i, params)?;
+            completers.push(i);
         }
     }
-    let answers = match pipelined(client, &first, Some(begin), false).await {
+    let mut first = Vec::new();
+    let mut st = set::Statement::default();
+    let sent = match (journal, views) {
+        (Some(j), Some(v)) => {
+            let insert = st.insert(j, "j", None, false)?;
+            let select = st.select(v, "v")?;
+            Some((
+                format!("WITH journaled AS ({insert}) {select}"),
+                true,
+                Part::JournalView,
+            ))
+        }
+        (Some(j), None) => Some((st.insert(j, "j", None, false)?, false, Part::Journal)),
+        (None, Some(v)) => Some((st.select(v, "v")?, true, Part::View)),
+        (None, None) => None,
+    };
+    if let Some((sql, rows, part)) = sent {
+        first.push(((sql, std::mem::take(&mut st.params), rows), viewers, part));
+    }
+    if let Some(c) = completes {
+        let mut st = set::Statement::default();
+        let sql = st.update(c, "c", None)?;
+        first.push(((sql, st.params, true), completers, Part::Complete));
+    }
+    Ok(first)
+}
+
+/// Round trip 2: every decision's writes in one statement (`chained_set`), then COMMIT.
+async fn written(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin: &str) -> Attempt {
+    let first = match first_round(&items) {
+        Ok(f) => f,
+        Err(e) => return refused(client, items, first_part, e).await,
+    };
+    let sent: Vec<Sent> = first.iter().map(|(s, _, _)| s.clone()).collect();
+    let answers = match pipelined(client, &sent, Some(begin), false).await {
         Ok(a) => a,
         Err(e) => return Err((whole(e), items)),
     };
     let mut views: Vec<Option<PriorView>> = (0..items.len()).map(|_| None).collect();
-    let mut completed: Vec<Option<u64>> = vec![None; items.len()];
-    for (answer, &(i, part)) in answers.into_iter().zip(&owners) {
+    let mut completed: Vec<Option<bool>> = vec![None; items.len()];
+    for (answer, (_, members, part)) in answers.into_iter().zip(&first) {
         let answer = match answer {
             Ok(a) => a,
-            Err(e) => {
-                if lost_race(&e) || e.is_unavailable() {
-                    return Err((whole(e), items));
-                }
-                rollback(client).await;
-                return Ok(member_failed(items, i, part, e));
-            }
+            Err(e) => return refused(client, items, first_part, e).await,
         };
-        match (part, answer) {
-            (Part::View | Part::JournalView, Answer::Rows(rows)) => {
-                let d = items[i]
-                    .decide
-                    .as_ref()
-                    .expect("a view belongs to a decision");
-                match view::read(&d.scope, &d.request, &rows) {
-                    Ok(v) => views[i] = Some(v),
-                    Err(e) => {
-                        rollback(client).await;
-                        return Ok(member_failed(items, i, part, e));
-                    }
+        let Answer::Rows(rows) = answer else {
+            continue;
+        };
+        if *part == Part::Complete {
+            for &i in members {
+                completed[i] = Some(false);
+            }
+        }
+        for row in rows {
+            let (i, row) = match member_of(row, items.len()) {
+                Ok(r) => r,
+                Err(e) => return refused(client, items, first_part, e).await,
+            };
+            if *part == Part::Complete {
+                completed[i] = Some(true);
+                continue;
+            }
+            let Some(d) = items[i].decide.as_ref() else {
+                continue;
+            };
+            match view::read(&d.scope, &d.request, std::slice::from_ref(&row)) {
+                Ok(v) => views[i] = Some(v),
+                Err(e) => {
+                    rollback(client).await;
+                    let part = first_part(&items[i]);
+                    return Ok(member_failed(items, i, part, e));
                 }
             }
-            (Part::Complete, Answer::Count(n)) => completed[i] = Some(n),
-            _ => {}
         }
     }
 
@@ -518,43 +671,55 @@ async fn once(
         .collect();
     // One lock order for every runner: by what each head locks.
     order.sort_by(|&a, &b| lock_order(prepared[a].as_ref()).cmp(&lock_order(prepared[b].as_ref())));
-    let mut second: Vec<(String, Vec<Value>, bool)> = Vec::with_capacity(order.len());
-    for &i in &order {
-        let p = prepared[i].as_ref().expect("ordered members have writes");
-        match chained(p.head.as_ref(), &p.writes) {
-            Ok((sql, params)) => second.push((sql, params, true)),
-            Err(e) => {
-                rollback(client).await;
-                return Ok(member_failed(items, i, Part::Write, e));
-            }
+    // Two heads on one lock in one statement: the first settles it, the other reads its view
+    // again in the next batch (as it would have, having lost).
+    let mut locks = HashSet::new();
+    let mut held_back = HashSet::new();
+    order.retain(|&i| match lock_order(prepared[i].as_ref()) {
+        Some(key) if locks.contains(&key) => {
+            held_back.insert(i);
+            false
         }
-    }
+        Some(key) => locks.insert(key),
+        None => true,
+    });
+    let second = match chained_set(&order, &prepared) {
+        Ok(s) => s,
+        Err(e) => return refused(client, items, |_| Part::Write, e).await,
+    };
 
     // Round trip 2: the writes and COMMIT.
-    let answers = match pipelined(client, &second, None, true).await {
+    let sent: Vec<Sent> = second.into_iter().collect();
+    let answers = match pipelined(client, &sent, None, true).await {
         Ok(a) => a,
         Err(e) => return Err((whole(e), items)),
     };
-    let mut applied: Vec<bool> = (0..items.len()).map(|i| prepared[i].is_some()).collect();
-    for (answer, &i) in answers.into_iter().zip(&order) {
-        let p = prepared[i].as_ref().expect("ordered members have writes");
-        match answer {
-            Ok(Answer::Rows(rows)) => {
-                if p.head.is_some() {
-                    applied[i] = rows
-                        .first()
-                        .and_then(|r| r.int(0).ok())
-                        .is_some_and(|n| n > 0);
-                }
-            }
-            Ok(Answer::Count(_)) => {}
+    let mut applied: Vec<bool> = (0..items.len())
+        .map(|i| prepared[i].is_some() && !held_back.contains(&i))
+        .collect();
+    if let Some(answer) = answers.into_iter().next() {
+        let rows = match answer {
+            Ok(Answer::Rows(rows)) => rows,
+            Ok(Answer::Done) => Vec::new(),
             Err(e) => {
-                let e = p.refused(e);
-                if lost_race(&e) || e.is_unavailable() {
-                    return Err((whole(e), items));
-                }
                 // The COMMIT that followed rolled the whole batch back.
-                return Ok(member_failed(items, i, Part::Write, e));
+                let e = match (order.as_slice(), items.len()) {
+                    ([only], 1) => match prepared[*only].as_ref() {
+                        Some(p) => p.refused(e),
+                        None => e,
+                    },
+                    _ => e,
+                };
+                return refused(client, items, |_| Part::Write, e).await;
+            }
+        };
+        for &i in &order {
+            applied[i] = false;
+        }
+        for row in rows {
+            match member_of(row, items.len()) {
+                Ok((i, _)) => applied[i] = true,
+                Err(e) => return Err((Failure::Unavailable(e), items)),
             }
         }
     }
@@ -565,7 +730,7 @@ async fn once(
     for (i, mut item) in items.drain(..).enumerate() {
         item.journal = None;
         let completed = match (&item.complete, completed[i]) {
-            (Some(c), Some(0)) => {
+            (Some(c), Some(false)) => {
                 let mut run = Executor::new(client);
                 Some(Err(crate::effect::refusal(&mut run, &c.effect, c.token)
                     .await
@@ -604,29 +769,91 @@ async fn once(
     Ok(carry)
 }
 
-/// A journal entry and the view of its decision as one statement: the entry is a data-modifying
-/// `WITH`, which runs to completion whether or not the view reads it, and which the view's
-/// snapshot does not see (the view looks only at other deliveries). One statement instead of
-/// two per delivery, so the entry travels with its decision; measured under load, the server's
-/// CPU per decision is the same within the noise (its rows and its transactions, not the count
-/// of its statements, are the cost: `scripts/pg-floor`).
-fn journaled_view(
-    journal: (&'static str, Vec<Value>),
-    view: (&'static str, Vec<Value>),
-) -> (&'static str, Vec<Value>) {
-    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let (journal_sql, mut params) = journal;
-    let (view_sql, view_params) = view;
-    let offset = params.len();
-    let sql = SQL.get_or_init(|| {
-        format!(
-            "WITH journaled AS ({journal_sql}) {}",
-            renumbered(view_sql, offset)
-        )
-    });
-    debug_assert!(sql.contains(journal_sql));
-    params.extend(view_params);
-    (sql.as_str(), params)
+/// A row of a set statement: its member (the first column) and the rest.
+fn member_of(row: Row, members: usize) -> Result<(usize, Row)> {
+    let i = row.int(0)?;
+    let i = usize::try_from(i)
+        .ok()
+        .filter(|&i| i < members)
+        .ok_or_else(|| StoreError::corrupt(format!("a batch statement named member {i}")))?;
+    let mut cells = row.0;
+    cells.remove(0);
+    Ok((i, Row(cells)))
+}
+
+/// Every decision's writes as ONE statement, set-oriented: the conditional writes first, one
+/// per shape (`h0`, `h1`: the index slots reserved, the effects taken over), then `ok`, the
+/// members whose conditional write changed a row (or who had none), then every other write,
+/// one per table, keeping only the rows of `ok`'s members, as `executor::chained` does for one
+/// decision. It returns `ok`: the members whose writes were kept. `None` when nothing is to be
+/// written.
+fn chained_set(order: &[usize], prepared: &[Option<Prepared>]) -> Result<Option<Sent>> {
+    if order.is_empty() {
+        return Ok(None);
+    }
+    let mut heads: Vec<Rows> = Vec::new();
+    let mut writes: Vec<Rows> = Vec::new();
+    let mut free = Vec::new();
+    let group = |groups: &mut Vec<Rows>, i: usize, (sql, params): &crate::sql::Statement| {
+        let at = match groups.iter().position(|g| g.template() == *sql) {
+            Some(at) => at,
+            None => {
+                groups.push(Rows::new(sql));
+                groups.len() - 1
+            }
+        };
+        groups[at].push(i, params.clone())
+    };
+    for &i in order {
+        let p = prepared[i].as_ref().expect("ordered members have writes");
+        match &p.head {
+            Some(head) => group(&mut heads, i, head)?,
+            None => free.push(i as i64),
+        }
+        for w in &p.writes {
+            group(&mut writes, i, w)?;
+        }
+    }
+    let mut st = set::Statement::default();
+    let mut parts = Vec::new();
+    let mut kept = Vec::new();
+    for (n, rows) in heads.into_iter().enumerate() {
+        let alias = format!("h{n}");
+        if rows.template().starts_with("INSERT ") {
+            let keys = st.keys(&rows, &format!("k{n}"))?;
+            let sql = st.insert(rows, &alias, None, true)?;
+            parts.push(format!("{alias} AS ({sql})"));
+            kept.push(format!(
+                "SELECT k{n}.member FROM {keys} JOIN {alias} ON {alias}.key = k{n}.key"
+            ));
+        } else {
+            let sql = st.update(rows, &alias, None)?;
+            parts.push(format!("{alias} AS ({sql})"));
+            kept.push(format!("SELECT {alias}.member FROM {alias}"));
+        }
+    }
+    if !free.is_empty() {
+        let members = st.members(free);
+        kept.push(format!(
+            "SELECT f.member FROM unnest({members}) AS f(member)"
+        ));
+    }
+    parts.push(format!("ok AS ({})", kept.join(" UNION ALL ")));
+    for (n, rows) in writes.into_iter().enumerate() {
+        let alias = format!("w{n}");
+        let filter = format!("{alias}.member IN (SELECT member FROM ok)");
+        let sql = if rows.template().starts_with("INSERT ") {
+            st.insert(rows, &alias, Some(&filter), false)?
+        } else {
+            st.update(rows, &alias, Some(&filter))?
+        };
+        parts.push(format!("{alias} AS ({sql})"));
+    }
+    Ok(Some((
+        format!("WITH {} SELECT member FROM ok", parts.join(", ")),
+        st.params,
+        true,
+    )))
 }
 
 /// The order a decision's head takes its lock in (decisions without a head come first).

@@ -73,7 +73,11 @@ where
     }
 }
 
-pub(super) fn writer_loop(mut conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteJob>>) {
+pub(super) fn writer_loop(
+    mut conn: Connection,
+    jobs: mpsc::Receiver<Box<dyn WriteJob>>,
+    sizes: &crate::BatchSizes,
+) {
     // The callers answered by the last commit usually come straight back with their next
     // request, but one at a time: starting the next batch with only the first of them would
     // pay a whole commit (an fsync) for a handful of items while the rest queue behind it.
@@ -100,6 +104,7 @@ pub(super) fn writer_loop(mut conn: Connection, jobs: mpsc::Receiver<Box<dyn Wri
             }
         }
         expected = batch.len();
+        sizes.record(batch.len());
         run_batch(&mut conn, batch);
     }
 }

@@ -224,7 +224,110 @@ pub async fn concurrent_callers_share_commits_and_keep_one_winner_per_key(b: &Ba
         let e = other.effect(&r.effect).await.unwrap().expect("the effect");
         assert_eq!(e.state, EffectState::Completed);
     }
+    assert_batches_shared(&store);
     drop((store, other));
+}
+
+/// The store's group commits held several calls at a time: fewer batches than calls.
+fn assert_batches_shared(store: &Arc<dyn Store>) {
+    let seen = store
+        .batch_sizes()
+        .expect("both backends count their batches")
+        .snapshot();
+    assert!(seen.batches > 0, "batches were counted: {seen:?}");
+    assert!(
+        seen.calls > seen.batches,
+        "concurrent callers shared batches: {seen:?}"
+    );
+    assert_eq!(
+        seen.per_bucket.iter().sum::<u64>(),
+        seen.batches,
+        "every batch is in one bucket: {seen:?}"
+    );
+}
+
+/// Every kind of decision at once: a takeover of a retryable failure (an update of its effect
+/// under the next token), new reservations (inserts into the unique index), a retry of a
+/// completed effect (a link) and a collision (a queue item), sharing batches with their journal
+/// entries; each is decided as it would be alone.
+pub async fn every_kind_of_decision_shares_a_batch(b: &Backend) {
+    let store = b.open().await;
+    let (_, retried) = receive(&store, 1000, "re_retry", "{}").await;
+    let retried = retried.expect("decided").reservation.expect("reserved");
+    store
+        .fail(&retried.effect, 1, true, "timeout", t0())
+        .await
+        .expect("a retryable failure");
+    let (_, done) = receive(&store, 1002, "re_done", "{}").await;
+    let done = done.expect("decided").reservation.expect("reserved");
+    store
+        .complete(&done.effect, 1, r#"{"refund":"re_done"}"#, t0())
+        .await
+        .expect("completed");
+
+    const NEW: usize = 24;
+    let barrier = Arc::new(tokio::sync::Barrier::new(NEW + 3));
+    let mut tasks = Vec::new();
+    for n in 2000..2000 + NEW + 3 {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            let (key, amount) = match n {
+                2000 => ("re_retry".to_owned(), "1000"),
+                2001 => ("re_done".to_owned(), "1000"),
+                2002 => ("re_done".to_owned(), "2000"),
+                _ => (format!("re_new_{n}"), "1000"),
+            };
+            let mut req = request(n, &key, "{}");
+            if let Some(k) = req.key.as_mut() {
+                k.discriminants
+                    .insert("amount".to_owned(), amount.to_owned());
+            }
+            barrier.wait().await;
+            let (_, decided) = store
+                .journal_and_decide(reception(n), req, &strong_critical)
+                .await
+                .expect("journaled");
+            (n, decided.expect("decided"))
+        }));
+    }
+    for t in tasks {
+        let (n, o) = t.await.expect("a caller");
+        match n {
+            2000 => {
+                assert_eq!(o.decision.action, Action::Process, "the takeover");
+                let r = o.reservation.expect("the takeover's reservation");
+                assert_eq!((r.effect, r.fencing_token), (retried.effect.clone(), 2));
+            }
+            2001 => {
+                assert_eq!(o.decision.action, Action::Ignore, "the retry");
+                assert_eq!(o.effect.as_ref(), Some(&done.effect));
+                assert_eq!(
+                    o.existing_result.as_deref(),
+                    Some(r#"{"refund":"re_done"}"#)
+                );
+            }
+            2002 => {
+                assert_eq!(o.decision.action, Action::Quarantine, "the collision");
+                let item = o.queue_item.expect("a queue item");
+                let stored = store.queue_item(&item).await.unwrap().expect("stored");
+                assert_eq!(stored.existing_effect.as_ref(), Some(&done.effect));
+            }
+            _ => {
+                assert_eq!(o.decision.action, Action::Process, "delivery {n}");
+                assert_eq!(o.reservation.map(|r| r.fencing_token), Some(1));
+            }
+        }
+    }
+    let retried = store
+        .effect(&retried.effect)
+        .await
+        .unwrap()
+        .expect("stored");
+    assert_eq!(
+        (retried.state, retried.fencing_token),
+        (EffectState::Reserved, 2)
+    );
+    assert_batches_shared(&store);
 }
 
 /// Makes every insert into `table` of a row where `refused` holds fail, as a constraint added

@@ -146,6 +146,7 @@ mod batches_on {
         concurrent_callers_share_commits_and_keep_one_winner_per_key,
         a_member_that_fails_fails_alone,
         a_journal_entry_that_fails_fails_alone,
+        every_kind_of_decision_shares_a_batch,
     );
 }
 
