@@ -41,9 +41,7 @@ impl Array {
 
     fn push(&mut self, v: Value) -> Result<()> {
         match (self, v) {
-            (Array::Text(a), Value::Text(v)) => {
-                a.push(v.map(|s| crate::nul::encode(&s).into_owned()))
-            }
+            (Array::Text(a), Value::Text(v)) => a.push(v.map(spelled)),
             (Array::Int(a), Value::Int(v)) => a.push(v),
             (Array::Bool(a), Value::Bool(v)) => a.push(Some(v)),
             (Array::Bytes(a), Value::Bytes(v)) => a.push(v),
@@ -75,6 +73,14 @@ impl Array {
             Array::Bool(a) => a,
             Array::Bytes(a) => a,
         }
+    }
+}
+
+/// A text as PostgreSQL stores it (`nul`), without a copy when it needs no spelling.
+fn spelled(s: String) -> String {
+    match crate::nul::encode(&s) {
+        std::borrow::Cow::Borrowed(_) => s,
+        std::borrow::Cow::Owned(o) => o,
     }
 }
 
@@ -119,10 +125,24 @@ impl Rows {
     }
 }
 
-/// A set statement being written: its array parameters, as its parts bind them.
-#[derive(Debug, Default)]
+/// A set statement being written: its array parameters, as its parts bind them, and its text.
+///
+/// The text depends only on the statement's shape (which templates, in which order), never on
+/// how many rows each holds, so a caller that already has the text of a shape binds the
+/// parameters alone (`bind_only`): each part then returns an empty text.
+#[derive(Debug)]
 pub(super) struct Statement {
     pub params: Vec<Array>,
+    write_text: bool,
+}
+
+impl Default for Statement {
+    fn default() -> Statement {
+        Statement {
+            params: Vec::new(),
+            write_text: true,
+        }
+    }
 }
 
 /// Where a `Rows` was bound: its alias, and the placeholder of each of its columns.
@@ -170,6 +190,15 @@ impl Source {
 }
 
 impl Statement {
+    /// A statement whose text the caller already has: its parts bind their parameters, in the
+    /// same order, and write no text.
+    pub fn bind_only() -> Statement {
+        Statement {
+            params: Vec::new(),
+            write_text: false,
+        }
+    }
+
     /// Binds `rows`' columns and members as parameters, under the alias `alias`.
     fn bind(&mut self, rows: Rows, alias: &str) -> (Source, Vec<&'static str>) {
         let types: Vec<&'static str> = rows.columns.iter().map(Array::sql_type).collect();
@@ -207,6 +236,9 @@ impl Statement {
         let template = rows.template;
         let shape = insert_shape(template)?;
         let (source, types) = self.bind(rows, alias);
+        if !self.write_text {
+            return Ok(String::new());
+        }
         let values = source.columns_of(shape.values)?;
         let tail = if shape.tail.contains('$') {
             // `excluded` is the row that conflicted; its first column finds its own values.
@@ -254,6 +286,9 @@ impl Statement {
             .and_then(|rest| rest.split_once(" WHERE "))
             .ok_or_else(|| not_a_template(template))?;
         let (source, types) = self.bind(rows, alias);
+        if !self.write_text {
+            return Ok(String::new());
+        }
         let mut sql = format!(
             "UPDATE {} FROM {} WHERE ({})",
             source.columns_of(update)?,
@@ -272,6 +307,9 @@ impl Statement {
     pub fn select(&mut self, rows: Rows, alias: &str) -> Result<String> {
         let template = rows.template;
         let (source, types) = self.bind(rows, alias);
+        if !self.write_text {
+            return Ok(String::new());
+        }
         Ok(format!(
             "SELECT {alias}.member, q.* FROM {} CROSS JOIN LATERAL ({}) q",
             source.unnest_clause(&types),
@@ -283,6 +321,9 @@ impl Statement {
     pub fn members(&mut self, members: Vec<i64>) -> String {
         self.params
             .push(Array::Int(members.into_iter().map(Some).collect()));
+        if !self.write_text {
+            return String::new();
+        }
         format!("${}::int8[]", self.params.len())
     }
 
@@ -298,6 +339,9 @@ impl Statement {
         self.params.push(column);
         let key = self.params.len();
         self.params.push(Array::Int(rows.members.clone()));
+        if !self.write_text {
+            return Ok(String::new());
+        }
         Ok(format!(
             "unnest(${key}::{ty}, ${}::int8[]) AS {alias}(key, member)",
             self.params.len()
@@ -447,6 +491,23 @@ mod tests {
             "SELECT v.member, q.* FROM unnest($1::text[], $2::int8[]) AS v(v1, member) \
              CROSS JOIN LATERAL (SELECT x FROM t WHERE k = CAST(v.v1 AS TEXT) LIMIT 1) q"
         );
+    }
+
+    #[test]
+    fn binding_alone_binds_what_writing_the_text_binds() {
+        let rows = || {
+            let mut rows = Rows::new("UPDATE e SET s = $2 WHERE id = $1");
+            rows.push(0, vec![text("e1"), text("a")]).unwrap();
+            rows.push(1, vec![text("e2"), text("b")]).unwrap();
+            rows
+        };
+        let (mut full, mut bound) = (Statement::default(), Statement::bind_only());
+        let members = full.members(vec![0, 1]);
+        let sql = full.update(rows(), "c", Some(&format!("c.member = ANY({members})")));
+        assert!(sql.unwrap().starts_with("UPDATE e SET s = c.v2 FROM unnest($2::text[]"));
+        assert_eq!(bound.members(vec![0, 1]), "");
+        assert_eq!(bound.update(rows(), "c", None).unwrap(), "");
+        assert_eq!(full.params, bound.params);
     }
 
     #[test]
