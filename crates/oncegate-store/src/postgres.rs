@@ -249,6 +249,12 @@ async fn migrate_with(client: &mut deadpool_postgres::Object) -> Result<()> {
     tx.commit().await.map_err(pg_err)
 }
 
+/// The text of a batch's complete statement (see `testing`).
+#[cfg(feature = "testing")]
+pub(crate) fn batch_complete_text() -> String {
+    batch::complete_text()
+}
+
 fn stopped() -> StoreError {
     StoreError::unavailable_plain("the PostgreSQL batches stopped")
 }

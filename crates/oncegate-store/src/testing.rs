@@ -33,6 +33,12 @@ pub async fn pg_admin(url: &str) -> tokio_postgres::Client {
     client
 }
 
+/// The statement PostgreSQL's batches complete effects with (arrays `$1` effect ids, `$2`
+/// tokens, `$3` times in ms, `$4` results, `$5` members), for tests of its plan.
+pub fn pg_batch_complete_sql() -> String {
+    crate::postgres::batch_complete_text()
+}
+
 /// The URL of database `name` on the same server, with the same options, as `admin`.
 pub fn with_database(admin: &str, name: &str) -> String {
     let (base, query) = match admin.split_once('?') {

@@ -822,6 +822,22 @@ async fn written(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin
     Ok(carry)
 }
 
+/// The text of a batch's complete statement, for the test of its plan.
+#[cfg(feature = "testing")]
+pub(crate) fn complete_text() -> String {
+    let (sql, params) = crate::effect::complete_statement(
+        &EffectId::from_u128(0),
+        1,
+        "{}",
+        OffsetDateTime::UNIX_EPOCH,
+    );
+    let mut rows = Rows::new(sql);
+    let built = rows
+        .push(0, params)
+        .and_then(|()| set::Statement::default().update(rows, "c", None));
+    built.expect("the complete statement is a set template")
+}
+
 /// A row of a set statement: its member (the first column) and the rest.
 fn member_of(row: Row, members: usize) -> Result<(usize, Row)> {
     let i = row.int(0)?;

@@ -504,7 +504,9 @@ mod tests {
         let (mut full, mut bound) = (Statement::default(), Statement::bind_only());
         let members = full.members(vec![0, 1]);
         let sql = full.update(rows(), "c", Some(&format!("c.member = ANY({members})")));
-        assert!(sql.unwrap().starts_with("UPDATE e SET s = c.v2 FROM unnest($2::text[]"));
+        assert!(sql
+            .unwrap()
+            .starts_with("UPDATE e SET s = c.v2 FROM unnest($2::text[]"));
         assert_eq!(bound.members(vec![0, 1]), "");
         assert_eq!(bound.update(rows(), "c", None).unwrap(), "");
         assert_eq!(full.params, bound.params);

@@ -9,6 +9,7 @@ mod batches;
 mod checkpoint;
 mod forwards;
 mod harness;
+mod plans;
 mod privileges;
 mod queue;
 mod reconciliation;
