@@ -16,7 +16,7 @@ use time::{Duration, OffsetDateTime};
 
 use crate::codes::{duration_ms, from_ms, ms};
 use crate::error::StoreError;
-use crate::sql::{int, text, Row, Tx, Value};
+use crate::sql::{int, text, Dialect, Row, Tx, Value};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -321,6 +321,106 @@ async fn stored<T: Tx + Send>(tx: &mut T, scope: &BreakerScope) -> Result<Option
     rows.first().map(breaker_from).transpose()
 }
 
+/// What counting a tally read: the breaker as stored (closed when it never opened), the
+/// window's counts before the current bucket, and the current bucket's row after the count
+/// (matches, collisions).
+type Counted = (Breaker, (i64, i64), Row);
+
+const COUNT_INSERT: &str = "INSERT INTO breaker_counts (provider, env, event_type, strategy_name, strategy_version, bucket, matches, collisions) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+     ON CONFLICT (provider, env, event_type, strategy_name, strategy_version, bucket) \
+     DO UPDATE SET matches = breaker_counts.matches + excluded.matches, collisions = breaker_counts.collisions + excluded.collisions \
+     RETURNING matches, collisions";
+
+const EARLIER_SUMS: &str = "SELECT CAST(COALESCE(SUM(matches), 0) AS BIGINT), CAST(COALESCE(SUM(collisions), 0) AS BIGINT) \
+     FROM breaker_counts WHERE provider = $1 AND env = $2 AND event_type = $3 AND strategy_name = $4 \
+     AND strategy_version = $5 AND bucket >= $6 AND bucket <> $7";
+
+/// SQLite: the expired buckets deleted, the breaker and the earlier buckets read, then the
+/// current bucket counted. The current bucket is one row every match of the scope updates, so
+/// its lock is taken last: everything else is read before it.
+async fn counted_in_turn<T: Tx + Send>(
+    tx: &mut T,
+    scope: &BreakerScope,
+    add: Vec<Value>,
+    oldest: i64,
+    bucket: i64,
+) -> Result<Counted> {
+    let mut expire = scope_params(scope);
+    expire.push(int(oldest));
+    tx.exec(
+        "DELETE FROM breaker_counts WHERE provider = $1 AND env = $2 AND event_type = $3 AND strategy_name = $4 \
+         AND strategy_version = $5 AND bucket < $6",
+        &expire,
+    )
+    .await?;
+    let breaker = stored(tx, scope)
+        .await?
+        .unwrap_or_else(|| Breaker::closed(scope.clone()));
+    let mut earlier = scope_params(scope);
+    earlier.extend([int(oldest), int(bucket)]);
+    let rows = tx.query(EARLIER_SUMS, &earlier).await?;
+    let row = rows
+        .first()
+        .ok_or_else(|| StoreError::corrupt("a breaker window sum returned no row"))?;
+    let sums = (row.int(0)?, row.int(1)?);
+    let rows = tx.query(COUNT_INSERT, &add).await?;
+    let row = rows
+        .first()
+        .cloned()
+        .ok_or_else(|| StoreError::corrupt("a breaker count returned no row"))?;
+    Ok((breaker, sums, row))
+}
+
+/// PostgreSQL: the same as `counted_in_turn` in ONE statement (one round trip instead of four):
+/// the expired buckets' delete and the current bucket's count are data-modifying `WITH`s, the
+/// earlier buckets and the breaker are read in the statement's snapshot (which the delete
+/// does not change for them: it removes only buckets before the window). The current bucket's
+/// lock is held from the count to the commit, as before.
+async fn counted_at_once<T: Tx + Send>(
+    tx: &mut T,
+    scope: &BreakerScope,
+    add: Vec<Value>,
+    oldest: i64,
+) -> Result<Counted> {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let sql = SQL.get_or_init(|| {
+        // $1-$5 the scope, $6-$8 the count (bucket, matches, collisions), $9 the oldest bucket.
+        format!(
+            "WITH expired AS (DELETE FROM breaker_counts WHERE {SCOPE_WHERE} AND bucket < $9), \
+             counted AS ({COUNT_INSERT}) \
+             SELECT counted.matches, counted.collisions, earlier.m, earlier.c, {breaker} \
+             FROM counted \
+             CROSS JOIN ({earlier}) AS earlier(m, c) \
+             LEFT JOIN breakers b ON b.provider = $1 AND b.env = $2 AND b.event_type = $3 \
+             AND b.strategy_name = $4 AND b.strategy_version = $5",
+            breaker = BREAKER_COLS
+                .split(", ")
+                .map(|c| format!("b.{c}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            earlier = EARLIER_SUMS.replace("$6", "$9").replace("$7", "$6"),
+        )
+    });
+    let mut params = add;
+    params.push(int(oldest));
+    let rows = tx.query(sql, &params).await?;
+    let row = rows
+        .first()
+        .ok_or_else(|| StoreError::corrupt("a breaker count returned no row"))?;
+    let stored_at = Row(row.0[4..].to_vec());
+    let breaker = if stored_at.opt_text(0)?.is_some() {
+        breaker_from(&stored_at)?
+    } else {
+        Breaker::closed(scope.clone())
+    };
+    Ok((
+        breaker,
+        (row.int(2)?, row.int(3)?),
+        Row(row.0[..2].to_vec()),
+    ))
+}
+
 /// Counts a tally of key matches (and which were collisions) and opens the breaker when the
 /// window's counts trip the rule at one of them.
 pub(crate) async fn record<T: Tx + Send>(
@@ -340,50 +440,13 @@ pub(crate) async fn record<T: Tx + Send>(
         int(tally.matches() as i64),
         int(tally.collisions() as i64),
     ]);
-    let mut expire = scope_params(scope);
-    // A bucket wholly before the window never counts again.
-    expire.push(int(cutoff.saturating_sub(bucket_ms)));
-    tx.exec(
-        "DELETE FROM breaker_counts WHERE provider = $1 AND env = $2 AND event_type = $3 AND strategy_name = $4 \
-         AND strategy_version = $5 AND bucket < $6",
-        &expire,
-    )
-    .await?;
-    // The current bucket is one row every match of the scope updates, so its lock is taken
-    // last: everything else is read before it, and the lock is held only by the update and
-    // the commit (concurrent matches of one strategy queue on it).
-    let mut breaker = stored(tx, scope)
-        .await?
-        .unwrap_or_else(|| Breaker::closed(scope.clone()));
-    let mut earlier = scope_params(scope);
-    earlier.extend([int(cutoff.saturating_sub(bucket_ms)), int(bucket)]);
-    let rows = tx
-        .query(
-            "SELECT CAST(COALESCE(SUM(matches), 0) AS BIGINT), CAST(COALESCE(SUM(collisions), 0) AS BIGINT) FROM breaker_counts \
-             WHERE provider = $1 AND env = $2 AND event_type = $3 AND strategy_name = $4 AND strategy_version = $5 \
-             AND bucket >= $6 AND bucket <> $7",
-            &earlier,
-        )
-        .await?;
-    let row = rows
-        .first()
-        .ok_or_else(|| StoreError::corrupt("a breaker window sum returned no row"))?;
-    let (earlier_matches, earlier_collisions) = (row.int(0)?, row.int(1)?);
-    // Buckets are whole, so the window is the buckets that start after `cutoff - bucket`: a
-    // match is counted for at most one bucket longer than the window, never less.
-    let rows = tx
-        .query(
-            "INSERT INTO breaker_counts (provider, env, event_type, strategy_name, strategy_version, bucket, matches, collisions) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-             ON CONFLICT (provider, env, event_type, strategy_name, strategy_version, bucket) \
-             DO UPDATE SET matches = breaker_counts.matches + excluded.matches, collisions = breaker_counts.collisions + excluded.collisions \
-             RETURNING matches, collisions",
-            &add,
-        )
-        .await?;
-    let row = rows
-        .first()
-        .ok_or_else(|| StoreError::corrupt("a breaker count returned no row"))?;
+    // A bucket wholly before the window never counts again; the window is the buckets from
+    // there, the current one included.
+    let oldest = cutoff.saturating_sub(bucket_ms);
+    let (mut breaker, (earlier_matches, earlier_collisions), row) = match tx.dialect() {
+        Dialect::Postgres => counted_at_once(tx, scope, add, oldest).await?,
+        Dialect::Sqlite => counted_in_turn(tx, scope, add, oldest, bucket).await?,
+    };
     let matches = (earlier_matches + row.int(0)?).max(0) as u64;
     let collisions = (earlier_collisions + row.int(1)?).max(0) as u64;
     let before = (
