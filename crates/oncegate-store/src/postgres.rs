@@ -165,6 +165,10 @@ impl PgStore {
     }
 }
 
+/// The planner settings a batch's transaction runs under (see `batch_begin`).
+pub(crate) const BATCH_PLANS: &str =
+    "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off";
+
 /// How a batch of the hot path starts its transaction. Its statements are the same few, run
 /// over and over on each pooled connection, and their indexes leave one sensible plan for any
 /// value (schema v7), so they run under a generic plan made once per connection. Left to
@@ -174,6 +178,13 @@ impl PgStore {
 /// most of the server's CPU under the load bench's mix. `SET LOCAL` keeps the setting to the
 /// batch's transaction; a server that does not know it (before PostgreSQL 12, or another
 /// engine speaking its protocol) starts batches with a plain `BEGIN`.
+///
+/// A generic plan is made at a connection's first run of a statement, often while the tables
+/// are still empty, and kept until an `ANALYZE` invalidates it: made on an empty `effects`, the
+/// batch's complete (an `UPDATE … FROM unnest(…)`) hash-joined a scan of the whole table, which
+/// it went on doing as the table grew (3 ms a batch within seconds of load, `tests/it/plans.rs`).
+/// Every table a batch's statement reads it reads by key, by design, so its transaction also
+/// sets `enable_seqscan = off`: the planner then takes the index whatever the statistics say.
 async fn batch_begin(pool: &Pool) -> Result<&'static str> {
     let client = pool.get().await.map_err(pool_err)?;
     let row = client
@@ -184,8 +195,9 @@ async fn batch_begin(pool: &Pool) -> Result<&'static str> {
         .try_get::<_, Option<String>>(0)
         .map_err(pg_err)?
         .is_some();
+    static BEGIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     Ok(if known {
-        "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
+        BEGIN.get_or_init(|| format!("BEGIN; {BATCH_PLANS}"))
     } else {
         "BEGIN"
     })
@@ -247,6 +259,12 @@ async fn migrate_with(client: &mut deadpool_postgres::Object) -> Result<()> {
         }
     }
     tx.commit().await.map_err(pg_err)
+}
+
+/// The planner settings of a batch's transaction (see `testing`).
+#[cfg(feature = "testing")]
+pub(crate) fn batch_plans() -> &'static str {
+    BATCH_PLANS
 }
 
 /// The text of a batch's complete statement (see `testing`).

@@ -39,6 +39,12 @@ pub fn pg_batch_complete_sql() -> String {
     crate::postgres::batch_complete_text()
 }
 
+/// The `SET LOCAL` statements a PostgreSQL batch's transaction starts with (after `BEGIN`), for
+/// tests of the plans its statements get.
+pub fn pg_batch_plans() -> &'static str {
+    crate::postgres::batch_plans()
+}
+
 /// The URL of database `name` on the same server, with the same options, as `admin`.
 pub fn with_database(admin: &str, name: &str) -> String {
     let (base, query) = match admin.split_once('?') {

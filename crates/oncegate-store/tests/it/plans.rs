@@ -1,14 +1,16 @@
-//! The plans PostgreSQL makes for the batches' statements under the generic plans they run with
-//! (`plan_cache_mode = force_generic_plan`), on a table whose statistics would tempt it away
-//! from the primary key.
+//! The plans PostgreSQL makes for the batches' statements under the settings their transaction
+//! runs with (generic plans, made once per connection, and no sequential scans), on tables whose
+//! statistics would tempt it away from the primary key: empty, as when a connection makes its
+//! plans at start-up, or with few effects reserved.
 
 use crate::harness::Backend;
 
-/// EXPLAIN of `sql` prepared under a generic plan, with `args` (SQL literals) as its values.
-async fn generic_plan(admin: &tokio_postgres::Client, sql: &str, args: &str) -> String {
+/// EXPLAIN of `sql` as a batch plans it, with `args` (SQL literals) as its values.
+async fn batch_plan(admin: &tokio_postgres::Client, sql: &str, args: &str) -> String {
     admin
         .batch_execute(&format!(
-            "SET plan_cache_mode = force_generic_plan; DEALLOCATE ALL; PREPARE s AS {sql}"
+            "DEALLOCATE ALL; BEGIN; {}; PREPARE s AS {sql}",
+            oncegate_store::testing::pg_batch_plans()
         ))
         .await
         .expect("prepare");
@@ -16,6 +18,7 @@ async fn generic_plan(admin: &tokio_postgres::Client, sql: &str, args: &str) -> 
         .simple_query(&format!("EXPLAIN EXECUTE s({args})"))
         .await
         .expect("explain");
+    admin.batch_execute("COMMIT").await.expect("commit");
     rows.iter()
         .filter_map(|m| match m {
             tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
@@ -25,14 +28,19 @@ async fn generic_plan(admin: &tokio_postgres::Client, sql: &str, args: &str) -> 
         .join("\n")
 }
 
-/// A batch's complete finds each effect by its primary key, even when so few effects are
+/// A batch's complete finds each effect by its primary key: on an empty table (a plan made
+/// then would scan the whole table for every batch, as it grows), and when so few effects are
 /// reserved that the `effects_leases` partial index (reserved effects by lease) looks cheaper
-/// to scan whole: with many leases live, that scan would read every one of them per batch.
+/// to scan whole (with many leases live, that would read every one of them per batch).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batchs_complete_finds_its_effects_by_primary_key() {
     let b = Backend::postgres().await;
     drop(b.open().await); // the schema
     let admin = oncegate_store::testing::pg_admin(&b.url).await;
+    let sql = oncegate_store::testing::pg_batch_complete_sql();
+    let args = "'{eff_0000001000,eff_0000002000}', '{1,1}', '{1700000000000,1700000000000}', \
+                '{a,b}', '{0,1}'";
+    let empty = batch_plan(&admin, &sql, args).await;
     admin
         .batch_execute(
             "INSERT INTO effects (id, tenant, provider, env, scope_hash, durable, state, fencing_token, \
@@ -44,14 +52,12 @@ async fn a_batchs_complete_finds_its_effects_by_primary_key() {
         )
         .await
         .expect("seed the effects");
-    let plan = generic_plan(
-        &admin,
-        &oncegate_store::testing::pg_batch_complete_sql(),
-        "'{eff_0000001000,eff_0000002000}', '{1,1}', '{1700000000000,1700000000000}', '{a,b}', '{0,1}'",
-    )
-    .await;
-    assert!(plan.contains("effects_pkey"), "{plan}");
-    assert!(!plan.contains("effects_leases"), "{plan}");
+    let few_reserved = batch_plan(&admin, &sql, args).await;
+    for plan in [empty, few_reserved] {
+        assert!(plan.contains("Index Scan using effects_pkey"), "{plan}");
+        assert!(!plan.contains("effects_leases"), "{plan}");
+        assert!(!plan.contains("Seq Scan"), "{plan}");
+    }
     drop(admin);
     b.cleanup().await;
 }
