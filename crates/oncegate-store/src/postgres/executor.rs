@@ -5,6 +5,7 @@
 use deadpool_postgres::GenericClient;
 use tokio_postgres::types::{ToSql, Type};
 
+use super::set::{insert_shape, substitute};
 use super::sqlstate::pg_err;
 use crate::error::StoreError;
 use crate::sql::{Cell, Dialect, Row, Statement, Tx, Value};
@@ -231,50 +232,23 @@ pub(super) fn chained(
 
 /// `$n` → `$(n + offset)`.
 pub(super) fn renumbered(sql: &str, offset: usize) -> String {
-    let mut out = String::with_capacity(sql.len() + 16);
-    let mut chars = sql.chars().peekable();
-    while let Some(c) = chars.next() {
-        out.push(c);
-        if c == '$' {
-            let mut n = 0usize;
-            let mut digits = false;
-            while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
-                n = n * 10 + d as usize;
-                digits = true;
-                chars.next();
-            }
-            if digits {
-                out.push_str(&(n + offset).to_string());
-            }
-        }
-    }
-    out
+    substitute(sql, |n| Ok(format!("${}", n + offset))).unwrap_or_else(|_| sql.to_owned())
 }
 
 /// Makes a write depend on the head's row (see `chained`).
 fn after_head(sql: &str) -> Result<String> {
-    if sql.starts_with("INSERT ") {
-        if let Some(at) = sql.find(" VALUES (") {
-            let open = at + " VALUES (".len();
-            let mut depth = 1;
-            for (i, c) in sql[open..].char_indices() {
-                match c {
-                    '(' => depth += 1,
-                    ')' => depth -= 1,
-                    _ => {}
-                }
-                if depth == 0 {
-                    let close = open + i;
-                    return Ok(format!(
-                        "{} SELECT {} FROM h{}",
-                        &sql[..at],
-                        &sql[open..close],
-                        &sql[close + 1..]
-                    ));
-                }
-            }
-        }
-    } else if sql.starts_with("UPDATE ") {
+    if let Ok(shape) = insert_shape(sql) {
+        let tail = if shape.tail.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", shape.tail)
+        };
+        return Ok(format!(
+            "{} SELECT {} FROM h{tail}",
+            shape.into, shape.values
+        ));
+    }
+    if sql.starts_with("UPDATE ") {
         if let Some((update, condition)) = sql.split_once(" WHERE ") {
             return Ok(format!(
                 "{update} WHERE ({condition}) AND EXISTS (SELECT 1 FROM h)"

@@ -349,15 +349,18 @@ impl Statement {
     }
 }
 
-/// The parts of `INSERT INTO t (cols) VALUES (values) tail`.
-struct InsertShape<'a> {
-    into: &'a str,
-    first_column: &'a str,
-    values: &'a str,
-    tail: &'a str,
+/// The parts of `INSERT INTO t (cols) VALUES (values) tail` (the tail without its leading
+/// space).
+pub(super) struct InsertShape<'a> {
+    pub into: &'a str,
+    pub first_column: &'a str,
+    pub values: &'a str,
+    pub tail: &'a str,
 }
 
-fn insert_shape(sql: &str) -> Result<InsertShape<'_>> {
+/// Reads an `INSERT … VALUES (…)` template into its parts (the executor's single decisions use
+/// it too, see `executor::chained`).
+pub(super) fn insert_shape(sql: &str) -> Result<InsertShape<'_>> {
     let bad = || not_a_template(sql);
     if !sql.starts_with("INSERT INTO ") {
         return Err(bad());
@@ -366,8 +369,9 @@ fn insert_shape(sql: &str) -> Result<InsertShape<'_>> {
     let into = &sql[..at];
     let first_column = into
         .split_once('(')
-        .map(|(_, cols)| cols.split(',').next().unwrap_or("").trim())
-        .filter(|c| !c.is_empty() && !c.contains(')'))
+        .and_then(|(_, cols)| cols.split([',', ')']).next())
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
         .ok_or_else(bad)?;
     let open = at + " VALUES (".len();
     let mut depth = 1;
@@ -396,8 +400,8 @@ fn not_a_template(sql: &str) -> StoreError {
     ))
 }
 
-/// `sql` with every `$n` placeholder replaced by `with(n)`.
-fn substitute(sql: &str, with: impl Fn(usize) -> Result<String>) -> Result<String> {
+/// `sql` with every `$n` placeholder replaced by `with(n)` (a `$` without digits is kept).
+pub(super) fn substitute(sql: &str, with: impl Fn(usize) -> Result<String>) -> Result<String> {
     let mut out = String::with_capacity(sql.len() * 2);
     let mut chars = sql.chars().peekable();
     while let Some(c) = chars.next() {
@@ -446,6 +450,18 @@ mod tests {
                 Array::Int(vec![Some(1), Some(2)]),
                 Array::Int(vec![Some(0), Some(3)]),
             ]
+        );
+    }
+
+    #[test]
+    fn an_insert_of_one_column_is_a_template_too() {
+        let mut rows = Rows::new("INSERT INTO t (a) VALUES ($1) ON CONFLICT (a) DO NOTHING");
+        rows.push(0, vec![text("x")]).unwrap();
+        let sql = Statement::default().insert(rows, "r", None, true).unwrap();
+        assert_eq!(
+            sql,
+            "INSERT INTO t (a) SELECT r.v1 FROM unnest($1::text[], $2::int8[]) AS r(v1, member) \
+             ON CONFLICT (a) DO NOTHING RETURNING a AS key"
         );
     }
 
