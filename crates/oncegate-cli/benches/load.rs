@@ -1,5 +1,5 @@
 //! The load benchmark: `oncegate serve` against a hand-made endpoint over real HTTP, on SQLite
-//! and PostgreSQL, with the mix of the issue: 70 % first deliveries of new captures, 25 %
+//! and PostgreSQL, with a webhook mix: 70 % first deliveries of new captures, 25 %
 //! re-encoded retries of earlier ones, 5 % collisions (the same capture key, another amount);
 //! every `process` is completed on the same connection right after.
 //!

@@ -657,14 +657,19 @@ async fn written(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin
         Ok(f) => f,
         Err(e) => return refused(client, items, first_part, e).await,
     };
-    let sent: Vec<Sent> = first.iter().map(|(s, _, _)| s.clone()).collect();
+    // The statements go to the connection; what each answers for stays here.
+    let (sent, first): (Vec<Sent>, Vec<(Vec<usize>, Part)>) = first
+        .into_iter()
+        .map(|(sent, members, part)| (sent, (members, part)))
+        .unzip();
     let answers = match pipelined(client, &sent, Some(begin), false).await {
         Ok(a) => a,
         Err(e) => return Err((whole(e), items)),
     };
+    drop(sent);
     let mut views: Vec<Option<PriorView>> = (0..items.len()).map(|_| None).collect();
     let mut completed: Vec<Option<bool>> = vec![None; items.len()];
-    for (answer, (_, members, part)) in answers.into_iter().zip(&first) {
+    for (answer, (members, part)) in answers.into_iter().zip(&first) {
         let answer = match answer {
             Ok(a) => a,
             Err(e) => return refused(client, items, first_part, e).await,
