@@ -5,7 +5,7 @@ use oncegate_core::ids::{DeliveryId, EffectId};
 use oncegate_core::matrix::Action;
 use time::OffsetDateTime;
 
-use crate::codes::{from_ms, ms};
+use crate::codes::{delivery_id_floor, from_ms, ms};
 use crate::error::StoreError;
 use crate::plan;
 use crate::sql::{int, opt_text, text, Query, Row, Statement, Tx, Value};
@@ -305,13 +305,16 @@ pub(crate) async fn list<T: Tx + Send>(
     q.eq_if("p.key_value", f.key.as_deref());
     q.eq_if("d.correlation_id", f.correlation_id.as_deref());
     q.eq_if("d.transport_key", f.transport_key.as_deref());
+    // A time range is read as a range of ids (`codes::delivery_id_floor`), on the primary key.
     if let Some(since) = f.since {
         let p = q.bind(int(ms(since)));
-        q.push(&format!(" AND d.received_at >= {p}"));
+        let floor = q.bind(text(delivery_id_floor(since)));
+        q.push(&format!(" AND d.id >= {floor} AND d.received_at >= {p}"));
     }
     if let Some(until) = f.until {
         let p = q.bind(int(ms(until)));
-        q.push(&format!(" AND d.received_at < {p}"));
+        let floor = q.bind(text(delivery_id_floor(until)));
+        q.push(&format!(" AND d.id < {floor} AND d.received_at < {p}"));
     }
     if let Some(before) = &f.before {
         let p = q.bind(text(before.as_str()));

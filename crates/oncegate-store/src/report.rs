@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 
 use time::OffsetDateTime;
 
-use crate::codes::ms;
+use crate::codes::{delivery_id_floor, ms};
 use crate::delivery::TenantFilter;
 use crate::error::StoreError;
-use crate::sql::{int, Query, Row, Tx};
+use crate::sql::{int, text, Query, Row, Tx};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -163,6 +163,9 @@ pub(crate) async fn build<T: Tx + Send>(
          COUNT(CASE WHEN p.action = 'reconcile' THEN 1 END) \
          FROM deliveries d LEFT JOIN proofs p ON p.delivery_id = d.id WHERE 1 = 1",
     );
+    // The period as a range of delivery ids, on the primary key (`codes::delivery_id_floor`).
+    let floor = q.bind(text(delivery_id_floor(since)));
+    q.push(&format!(" AND d.id >= {floor}"));
     grouped(&mut q, "d", "received_at", tenants, since);
     for r in tx.query(&q.sql, &q.params).await? {
         let c = groups.entry(group(&r)?).or_default();

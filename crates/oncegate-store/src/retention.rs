@@ -3,9 +3,9 @@
 
 use time::{Duration, OffsetDateTime};
 
-use crate::codes::{duration_ms, ms};
+use crate::codes::{delivery_id_floor, duration_ms, from_ms, ms};
 use crate::error::StoreError;
-use crate::sql::{int, Tx};
+use crate::sql::{int, text, Tx};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -43,8 +43,11 @@ pub struct PurgeCounts {
     pub observations: u64,
 }
 
-/// Deliveries old enough to lose their proof, unless an open queue item still needs them.
-const PURGEABLE_DELIVERIES: &str = "SELECT d.id FROM deliveries d WHERE d.received_at < $1 \
+/// Deliveries old enough to lose their proof, unless an open queue item still needs them: the
+/// range is read from the primary key (`$2`, the first id of the cut-off's millisecond, see
+/// `codes::delivery_id_floor`).
+const PURGEABLE_DELIVERIES: &str =
+    "SELECT d.id FROM deliveries d WHERE d.id < $2 AND d.received_at < $1 \
      AND NOT EXISTS (SELECT 1 FROM queue_items q WHERE q.delivery_id = d.id AND q.status = 'open')";
 
 /// Applies the retention rules inside the caller's transaction; a dry run is the same work
@@ -55,18 +58,26 @@ pub(crate) async fn purge<T: Tx + Send>(
     now: OffsetDateTime,
 ) -> Result<PurgeCounts> {
     let now_ms = ms(now);
-    let payload_cutoff = int(now_ms.saturating_sub(duration_ms(policy.payload_retention)));
-    let proof_cutoff = int(now_ms.saturating_sub(duration_ms(policy.proof_retention)));
+    let payload_cutoff = now_ms.saturating_sub(duration_ms(policy.payload_retention));
+    let proof_cutoff = now_ms.saturating_sub(duration_ms(policy.proof_retention));
+    let proof_floor = text(delivery_id_floor(from_ms(proof_cutoff)?));
+    let proof_cutoff = int(proof_cutoff);
     let mut counts = PurgeCounts {
         index_entries: tx
             .exec("DELETE FROM effect_index WHERE expires_at IS NOT NULL AND expires_at <= $1", &[int(now_ms)])
             .await?,
         payloads: tx
-            .exec("UPDATE deliveries SET payload = NULL WHERE payload IS NOT NULL AND received_at < $1", &[payload_cutoff])
+            .exec(
+                "UPDATE deliveries SET payload = NULL WHERE id < $2 AND received_at < $1 AND payload IS NOT NULL",
+                &[int(payload_cutoff), text(delivery_id_floor(from_ms(payload_cutoff)?))],
+            )
             .await?,
         ..PurgeCounts::default()
     };
-    let cut = std::slice::from_ref(&proof_cutoff);
+    // `$1` the cut-off time, `$2` its first delivery id; the statements that read no delivery
+    // take the time alone.
+    let cut = &[proof_cutoff, proof_floor];
+    let cut_time = &cut[..1];
     counts.proofs = tx
         .exec(
             &format!("DELETE FROM proofs WHERE delivery_id IN ({PURGEABLE_DELIVERIES})"),
@@ -95,17 +106,17 @@ pub(crate) async fn purge<T: Tx + Send>(
              AND NOT EXISTS (SELECT 1 FROM links l WHERE l.effect_id = effects.id) \
              AND NOT EXISTS (SELECT 1 FROM proofs p WHERE p.effect_id = effects.id) \
              AND NOT EXISTS (SELECT 1 FROM queue_items q WHERE q.existing_effect = effects.id AND q.status = 'open')",
-            cut,
+            cut_time,
         )
         .await?;
     // Counters and settled sightings are observations, not proofs: past the proof retention
     // they explain nothing anyone can still ask about. Without this they would only grow.
     counts.observations = tx
-        .exec("DELETE FROM breaker_counts WHERE bucket < $1", cut)
+        .exec("DELETE FROM breaker_counts WHERE bucket < $1", cut_time)
         .await?
         + tx.exec(
             "DELETE FROM missing_operations WHERE settled_at IS NOT NULL AND settled_at < $1",
-            cut,
+            cut_time,
         )
         .await?;
     let kept = tx

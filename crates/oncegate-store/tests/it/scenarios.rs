@@ -1449,3 +1449,82 @@ pub async fn misuse_gets_typed_errors(b: &Backend) {
     }
     assert_eq!(b.kind == Kind::Sqlite, store.backend() == "sqlite");
 }
+
+/// A time range over deliveries (the listing's `since` and `until`, the report's `since`, the
+/// payload retention) is exact to the millisecond, though it is read as a range of ids.
+pub async fn delivery_time_ranges_are_exact_to_the_millisecond(b: &Backend) {
+    let store = b.open().await;
+    let ms = Duration::milliseconds(1);
+    let at = t0() + Duration::milliseconds(123);
+    for (body, when) in [("before", at - ms), ("at", at), ("after", at + ms)] {
+        store
+            .journal(reception(&Delivery::new(body, when)))
+            .await
+            .unwrap();
+    }
+    let bodies = |list: Vec<oncegate_store::DeliverySummary>| {
+        list.into_iter()
+            .map(|d| d.delivery.correlation_id.unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    let listed = |since: Option<OffsetDateTime>, until: Option<OffsetDateTime>| {
+        let store = &store;
+        async move {
+            store
+                .deliveries(&DeliveryFilter {
+                    since,
+                    until,
+                    ..DeliveryFilter::default()
+                })
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(
+        bodies(listed(Some(at), None).await),
+        ["corr-after", "corr-at"]
+    );
+    assert_eq!(bodies(listed(None, Some(at)).await), ["corr-before"]);
+    assert_eq!(bodies(listed(Some(at), Some(at + ms)).await), ["corr-at"]);
+    assert_eq!(
+        store
+            .report(&TenantFilter::All, at)
+            .await
+            .unwrap()
+            .total
+            .received,
+        2
+    );
+    assert_eq!(
+        store
+            .report(&TenantFilter::Only(vec!["acme".to_owned()]), at + ms)
+            .await
+            .unwrap()
+            .total
+            .received,
+        1
+    );
+    // Payloads kept for a day: a purge one day after `at` drops the payload received before
+    // it, and keeps the ones received at or after it.
+    let policy = PurgePolicy {
+        payload_retention: Duration::days(1),
+        proof_retention: Duration::days(365),
+    };
+    let counts = store
+        .purge(&policy, at + Duration::days(1), false)
+        .await
+        .unwrap();
+    assert_eq!(counts.payloads, 1);
+    assert_eq!(counts.deliveries, 0);
+    // Proofs and deliveries kept for a day: the same cut-off drops the one row before it.
+    let policy = PurgePolicy {
+        payload_retention: Duration::days(1),
+        proof_retention: Duration::days(1),
+    };
+    let counts = store
+        .purge(&policy, at + Duration::days(1), false)
+        .await
+        .unwrap();
+    assert_eq!(counts.deliveries, 1);
+    assert_eq!(bodies(listed(None, None).await), ["corr-after", "corr-at"]);
+}
