@@ -16,18 +16,6 @@ use crate::codes::{self, ms};
 use crate::error::StoreError;
 use crate::sql::{int, text, Tx};
 
-/// Schema version 4: the alias table. Identical for both backends.
-pub(crate) const SCHEMA_V4: &str = r#"
-CREATE TABLE IF NOT EXISTS effect_aliases (
-    alias_hash TEXT PRIMARY KEY,
-    effect_id TEXT NOT NULL,
-    strategy_name TEXT NOT NULL,
-    strategy_version BIGINT NOT NULL,
-    created_at BIGINT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS effect_aliases_effect ON effect_aliases (effect_id);
-"#;
-
 /// An effect with what is needed to recompute its key under another contract.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigrationSource {

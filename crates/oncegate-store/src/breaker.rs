@@ -590,40 +590,6 @@ pub(crate) async fn close<T: Tx + Send>(
         .ok_or_else(|| StoreError::corrupt("a closed breaker vanished"))
 }
 
-/// The tables of schema version 3. Plain types, composite primary keys, no foreign keys: what
-/// SQLite, PostgreSQL, CockroachDB and YugabyteDB all accept.
-pub(crate) const SCHEMA_V3: &str = r#"
-CREATE TABLE IF NOT EXISTS breaker_counts (
-    provider TEXT NOT NULL,
-    env TEXT NOT NULL,
-    event_type TEXT NOT NULL,
-    strategy_name TEXT NOT NULL,
-    strategy_version BIGINT NOT NULL,
-    bucket BIGINT NOT NULL,
-    matches BIGINT NOT NULL,
-    collisions BIGINT NOT NULL,
-    PRIMARY KEY (provider, env, event_type, strategy_name, strategy_version, bucket)
-);
-CREATE INDEX IF NOT EXISTS breaker_counts_bucket ON breaker_counts (bucket);
-
-CREATE TABLE IF NOT EXISTS breakers (
-    provider TEXT NOT NULL,
-    env TEXT NOT NULL,
-    event_type TEXT NOT NULL,
-    strategy_name TEXT NOT NULL,
-    strategy_version BIGINT NOT NULL,
-    state TEXT NOT NULL,
-    opened_at BIGINT,
-    reason TEXT,
-    opened_matches BIGINT,
-    opened_collisions BIGINT,
-    closed_at BIGINT,
-    closed_by TEXT,
-    note TEXT,
-    PRIMARY KEY (provider, env, event_type, strategy_name, strategy_version)
-);
-"#;
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,16 +2,18 @@
 //! database text in the message (the service turns `Unavailable` into a 503 and shows the rest).
 
 use std::error::Error as StdError;
+use std::sync::Arc;
 
 use oncegate_core::ids::EffectId;
 
-/// The original driver error, kept as the `source()` for logs but never printed by `Display`.
-pub type Cause = Box<dyn StdError + Send + Sync + 'static>;
+/// The original driver error, kept as the `source()` for logs but never printed by `Display`;
+/// shared, so an error that answers every member of a failed batch is one error cloned.
+pub type Cause = Arc<dyn StdError + Send + Sync + 'static>;
 
 /// Every way a store call can fail, each a plain sentence a caller can act on. `Unavailable`
 /// is the one failure a later retry is meant to cure; the driver's own error is kept as the
 /// `source()` of `Unavailable` and `Internal` for logs, never in the message.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[allow(missing_docs)] // each variant's message says what it and its fields hold
 pub enum StoreError {
     /// The database cannot be reached or cannot write (connection refused, pool timeout, disk
@@ -74,10 +76,13 @@ impl StoreError {
         matches!(self, StoreError::Unavailable { .. })
     }
 
-    pub(crate) fn unavailable(cause: impl Into<String>, source: impl Into<Cause>) -> Self {
+    pub(crate) fn unavailable(
+        cause: impl Into<String>,
+        source: impl StdError + Send + Sync + 'static,
+    ) -> Self {
         StoreError::Unavailable {
             cause: cause.into(),
-            source: Some(source.into()),
+            source: Some(Arc::new(source)),
         }
     }
 

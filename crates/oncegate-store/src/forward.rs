@@ -28,45 +28,6 @@ pub use attempt::{ForwardAttempt, ForwardEnd, ForwardNext, ForwardStart, INTERRU
 
 type Result<T> = std::result::Result<T, StoreError>;
 
-/// Schema v6: the forwards and their attempts.
-pub(crate) const SCHEMA_V6: &str = r#"
-CREATE TABLE IF NOT EXISTS forwards (
-    effect_id TEXT PRIMARY KEY,
-    delivery_id TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    provider TEXT NOT NULL,
-    env TEXT NOT NULL,
-    event_type TEXT,
-    fencing_token BIGINT NOT NULL,
-    series BIGINT NOT NULL,
-    attempts BIGINT NOT NULL,
-    state TEXT NOT NULL,
-    due_at BIGINT NOT NULL,
-    deadline BIGINT,
-    last_status BIGINT,
-    last_error TEXT,
-    created_at BIGINT NOT NULL,
-    updated_at BIGINT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS forwards_due ON forwards (due_at) WHERE state = 'pending';
-CREATE INDEX IF NOT EXISTS forwards_sending ON forwards (deadline) WHERE state = 'sending';
-CREATE INDEX IF NOT EXISTS forwards_state ON forwards (state, updated_at);
-CREATE TABLE IF NOT EXISTS forward_attempts (
-    effect_id TEXT NOT NULL,
-    series BIGINT NOT NULL,
-    attempt BIGINT NOT NULL,
-    delivery_id TEXT NOT NULL,
-    fencing_token BIGINT NOT NULL,
-    started_at BIGINT NOT NULL,
-    ended_at BIGINT,
-    status BIGINT,
-    latency_ms BIGINT,
-    outcome TEXT,
-    error TEXT,
-    PRIMARY KEY (effect_id, series, attempt)
-);
-"#;
-
 /// Where a forward stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ForwardState {

@@ -70,6 +70,7 @@ use crate::Matrix;
 
 mod batch;
 mod executor;
+mod pipeline;
 mod retry;
 mod set;
 mod sqlstate;

@@ -1,6 +1,7 @@
-//! The embedded migrations of both backends. Each is applied once, in order, at open, and
-//! recorded in `schema_version`; a database whose version is newer than `known_version()` is
-//! refused rather than written to by an older binary.
+//! The embedded migrations of both backends, and the only place the store's DDL is written:
+//! every table and index is created here, as a numbered migration. Each is applied once, in
+//! order, at open, and recorded in `schema_version`; a database whose version is newer than
+//! `known_version()` is refused rather than written to by an older binary.
 //!
 //! Conventions shared by both dialects, so a row reads the same everywhere: ids and enums are
 //! TEXT, times are BIGINT unix milliseconds, JSON is TEXT (the store never queries inside it),
@@ -159,13 +160,10 @@ pub(crate) fn sqlite() -> Vec<(i64, String)> {
     vec![
         (1, tables("BLOB")),
         (2, reconciliation("")),
-        (3, crate::breaker::SCHEMA_V3.to_owned()),
-        (
-            4,
-            format!("{}{}", crate::alias::SCHEMA_V4, crate::shadow::SCHEMA_V4),
-        ),
+        (3, V3_BREAKERS.to_owned()),
+        (4, format!("{V4_ALIASES}{V4_SHADOWS}")),
         (5, QUEUE_PAGES.to_owned()),
-        (6, crate::forward::SCHEMA_V6.to_owned()),
+        (6, V6_FORWARDS.to_owned()),
         (7, LEANER_INDEXES.to_owned()),
         (8, SQLITE_CLUSTERED.to_owned()),
         (9, TIME_BY_ID.to_owned()),
@@ -177,13 +175,10 @@ pub(crate) fn postgres() -> Vec<(i64, String)> {
     vec![
         (1, tables("BYTEA")),
         (2, reconciliation("IF NOT EXISTS ")),
-        (3, crate::breaker::SCHEMA_V3.to_owned()),
-        (
-            4,
-            format!("{}{}", crate::alias::SCHEMA_V4, crate::shadow::SCHEMA_V4),
-        ),
+        (3, V3_BREAKERS.to_owned()),
+        (4, format!("{V4_ALIASES}{V4_SHADOWS}")),
         (5, QUEUE_PAGES.to_owned()),
-        (6, crate::forward::SCHEMA_V6.to_owned()),
+        (6, V6_FORWARDS.to_owned()),
         (7, LEANER_INDEXES.to_owned()),
         // SQLite's version 8 rebuilds two tables as clustered ones; PostgreSQL's heap tables
         // have no such choice, so its version 8 changes nothing.
@@ -300,9 +295,160 @@ CREATE INDEX IF NOT EXISTS missing_operations_seen ON missing_operations (first_
     sql
 }
 
+/// The tables of schema version 3. Plain types, composite primary keys, no foreign keys: what
+/// SQLite, PostgreSQL, CockroachDB and YugabyteDB all accept.
+const V3_BREAKERS: &str = r#"
+CREATE TABLE IF NOT EXISTS breaker_counts (
+    provider TEXT NOT NULL,
+    env TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    strategy_name TEXT NOT NULL,
+    strategy_version BIGINT NOT NULL,
+    bucket BIGINT NOT NULL,
+    matches BIGINT NOT NULL,
+    collisions BIGINT NOT NULL,
+    PRIMARY KEY (provider, env, event_type, strategy_name, strategy_version, bucket)
+);
+CREATE INDEX IF NOT EXISTS breaker_counts_bucket ON breaker_counts (bucket);
+
+CREATE TABLE IF NOT EXISTS breakers (
+    provider TEXT NOT NULL,
+    env TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    strategy_name TEXT NOT NULL,
+    strategy_version BIGINT NOT NULL,
+    state TEXT NOT NULL,
+    opened_at BIGINT,
+    reason TEXT,
+    opened_matches BIGINT,
+    opened_collisions BIGINT,
+    closed_at BIGINT,
+    closed_by TEXT,
+    note TEXT,
+    PRIMARY KEY (provider, env, event_type, strategy_name, strategy_version)
+);
+"#;
+
+/// Schema version 4: the alias table. Identical for both backends.
+const V4_ALIASES: &str = r#"
+CREATE TABLE IF NOT EXISTS effect_aliases (
+    alias_hash TEXT PRIMARY KEY,
+    effect_id TEXT NOT NULL,
+    strategy_name TEXT NOT NULL,
+    strategy_version BIGINT NOT NULL,
+    created_at BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS effect_aliases_effect ON effect_aliases (effect_id);
+"#;
+
+/// Schema version 4's shadow tables (shipped with the aliases, the same version).
+const V4_SHADOWS: &str = r#"
+CREATE TABLE IF NOT EXISTS shadow_index (
+    scope_hash TEXT PRIMARY KEY,
+    first_delivery TEXT NOT NULL,
+    discriminants TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT
+);
+CREATE TABLE IF NOT EXISTS shadow_disagreements (
+    delivery_id TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    env TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    strategy_name TEXT NOT NULL,
+    strategy_version BIGINT NOT NULL,
+    shadow_action TEXT NOT NULL,
+    actual_action TEXT NOT NULL,
+    at BIGINT NOT NULL,
+    PRIMARY KEY (delivery_id, strategy_name, strategy_version)
+);
+CREATE INDEX IF NOT EXISTS shadow_disagreements_at ON shadow_disagreements (at);
+"#;
+
+/// Schema v6: the forwards and their attempts.
+const V6_FORWARDS: &str = r#"
+CREATE TABLE IF NOT EXISTS forwards (
+    effect_id TEXT PRIMARY KEY,
+    delivery_id TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    env TEXT NOT NULL,
+    event_type TEXT,
+    fencing_token BIGINT NOT NULL,
+    series BIGINT NOT NULL,
+    attempts BIGINT NOT NULL,
+    state TEXT NOT NULL,
+    due_at BIGINT NOT NULL,
+    deadline BIGINT,
+    last_status BIGINT,
+    last_error TEXT,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS forwards_due ON forwards (due_at) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS forwards_sending ON forwards (deadline) WHERE state = 'sending';
+CREATE INDEX IF NOT EXISTS forwards_state ON forwards (state, updated_at);
+CREATE TABLE IF NOT EXISTS forward_attempts (
+    effect_id TEXT NOT NULL,
+    series BIGINT NOT NULL,
+    attempt BIGINT NOT NULL,
+    delivery_id TEXT NOT NULL,
+    fencing_token BIGINT NOT NULL,
+    started_at BIGINT NOT NULL,
+    ended_at BIGINT,
+    status BIGINT,
+    latency_ms BIGINT,
+    outcome TEXT,
+    error TEXT,
+    PRIMARY KEY (effect_id, series, attempt)
+);
+"#;
+
 #[cfg(test)]
 mod tests {
     use rusqlite::Connection;
+
+    /// The store's DDL is written here and nowhere else: a table or index created, altered or
+    /// dropped by another module would be a schema change no migration records.
+    #[test]
+    fn every_statement_of_ddl_is_a_migration_here() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut stack = vec![src];
+        let mut found = Vec::new();
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                if path.file_name().is_some_and(|n| n == "schema.rs") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (n, line) in text.lines().enumerate() {
+                    let code = line.trim_start();
+                    if code.starts_with("//") {
+                        continue;
+                    }
+                    for ddl in [
+                        "CREATE TABLE",
+                        "CREATE INDEX",
+                        "CREATE UNIQUE INDEX",
+                        "ALTER TABLE",
+                        "DROP TABLE",
+                        "DROP INDEX",
+                    ] {
+                        if code.contains(ddl) {
+                            found.push(format!("{}:{}: {code}", path.display(), n + 1));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(found.is_empty(), "DDL outside the migrations: {found:#?}");
+    }
 
     fn count(conn: &Connection, sql: &str) -> i64 {
         conn.query_row(sql, [], |r| r.get(0)).unwrap()

@@ -15,31 +15,6 @@ use crate::codes::{self, ms};
 use crate::error::StoreError;
 use crate::sql::{int, opt_int, text, Tx};
 
-/// Schema version 4's shadow tables (shipped with the aliases, the same version).
-pub(crate) const SCHEMA_V4: &str = r#"
-CREATE TABLE IF NOT EXISTS shadow_index (
-    scope_hash TEXT PRIMARY KEY,
-    first_delivery TEXT NOT NULL,
-    discriminants TEXT NOT NULL,
-    created_at BIGINT NOT NULL,
-    expires_at BIGINT
-);
-CREATE TABLE IF NOT EXISTS shadow_disagreements (
-    delivery_id TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    provider TEXT NOT NULL,
-    env TEXT NOT NULL,
-    event_type TEXT NOT NULL,
-    strategy_name TEXT NOT NULL,
-    strategy_version BIGINT NOT NULL,
-    shadow_action TEXT NOT NULL,
-    actual_action TEXT NOT NULL,
-    at BIGINT NOT NULL,
-    PRIMARY KEY (delivery_id, strategy_name, strategy_version)
-);
-CREATE INDEX IF NOT EXISTS shadow_disagreements_at ON shadow_disagreements (at);
-"#;
-
 /// One delivery seen by one shadow strategy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShadowObservation {

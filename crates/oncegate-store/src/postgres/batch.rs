@@ -27,8 +27,6 @@
 //! with the jittered retry of `retry`.
 
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -36,12 +34,12 @@ use deadpool_postgres::Pool;
 use oncegate_core::ids::{DeliveryId, EffectId};
 use time::OffsetDateTime;
 use tokio::sync::{mpsc, oneshot, Mutex};
-use tokio_postgres::types::ToSql;
 
-use super::executor::{cells, Executor};
+use super::executor::Executor;
+use super::pipeline::{Answer, Step};
 use super::retry::{retry_pause, MAX_TX_ATTEMPTS};
 use super::set::{self, Array, Rows};
-use super::sqlstate::{lost_race, pg_err, pool_err};
+use super::sqlstate::{lost_race, pool_err};
 use crate::decision::writes::{self, Prepared};
 use crate::decision::{view, DecideOutcome, DecideRequest, PriorView};
 use crate::delivery::NewReception;
@@ -328,7 +326,7 @@ async fn run(pool: &Pool, items: Vec<Item>, begin: &str) -> Vec<Item> {
         Err(e) => {
             let e = pool_err(e);
             for item in items {
-                item.fail(copy(&e));
+                item.fail(e.clone());
             }
             return Vec::new();
         }
@@ -353,7 +351,7 @@ async fn run(pool: &Pool, items: Vec<Item>, begin: &str) -> Vec<Item> {
         Err((Failure::Unavailable(e), items)) => {
             rollback(&client).await;
             for item in items {
-                item.fail(copy(&e));
+                item.fail(e.clone());
             }
             Vec::new()
         }
@@ -373,7 +371,7 @@ async fn alone(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin: 
                 });
                 if lost >= MAX_TX_ATTEMPTS {
                     for item in back {
-                        item.fail(copy(&e));
+                        item.fail(e.clone());
                     }
                     return Vec::new();
                 }
@@ -383,7 +381,7 @@ async fn alone(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin: 
             Err((Failure::Unavailable(e) | Failure::Refused(e), back)) => {
                 rollback(client).await;
                 for item in back {
-                    item.fail(copy(&e));
+                    item.fail(e.clone());
                 }
                 return Vec::new();
             }
@@ -412,14 +410,6 @@ enum Part {
     Complete,
     Write,
 }
-
-/// What a statement answered.
-enum Answer {
-    Done,
-    Rows(Vec<Row>),
-}
-
-type Pending<'a> = Pin<Box<dyn Future<Output = Result<Answer>> + Send + 'a>>;
 
 /// One statement of a round trip: its text, its array parameters, and whether it returns rows.
 type Sent = (Arc<str>, Vec<Array>, bool);
@@ -472,58 +462,23 @@ impl Shape {
     }
 }
 
-/// Runs `statements` pipelined on `client`, after `begin` (the text that starts the
-/// transaction) or before `COMMIT` (`commit`): one round trip. Each statement's answer, in order.
+/// Runs `sent` in one round trip on `client` (`pipeline::pipelined`), with their arrays as
+/// parameters.
 async fn pipelined(
     client: &deadpool_postgres::Client,
-    statements: &[Sent],
+    sent: &[Sent],
     begin: Option<&str>,
     commit: bool,
 ) -> Result<Vec<Result<Answer>>> {
-    let mut prepared = Vec::with_capacity(statements.len());
-    for (sql, _, _) in statements {
-        prepared.push(client.prepare_cached(sql).await.map_err(pg_err)?);
-    }
-    let refs: Vec<Vec<&(dyn ToSql + Sync)>> = statements
+    let steps: Vec<Step<'_>> = sent
         .iter()
-        .map(|(_, params, _)| params.iter().map(Array::as_sql).collect())
+        .map(|(sql, params, rows)| Step {
+            sql,
+            params: params.iter().map(Array::as_sql).collect(),
+            rows: *rows,
+        })
         .collect();
-    let client_ref: &tokio_postgres::Client = client;
-    let answers = futures_util::future::join_all(prepared.iter().zip(&refs).zip(statements).map(
-        |((stmt, params), (_, _, rows))| -> Pending<'_> {
-            if *rows {
-                Box::pin(async move {
-                    let rows = client_ref.query(stmt, params).await.map_err(pg_err)?;
-                    Ok(Answer::Rows(rows.iter().map(cells).collect::<Result<_>>()?))
-                })
-            } else {
-                Box::pin(async move {
-                    client_ref.execute(stmt, params).await.map_err(pg_err)?;
-                    Ok(Answer::Done)
-                })
-            }
-        },
-    ));
-    let start = async {
-        if let Some(begin) = begin {
-            client_ref.batch_execute(begin).await.map_err(pg_err)
-        } else {
-            Ok(())
-        }
-    };
-    let end = async {
-        if commit {
-            client_ref.batch_execute("COMMIT").await.map_err(pg_err)
-        } else {
-            Ok(())
-        }
-    };
-    let (start, answers, end) = futures_util::future::join3(start, answers, end).await;
-    start?;
-    // A statement that failed aborted the transaction, and the COMMIT after it rolled it back
-    // (answering no error): the caller reads the statements' own answers.
-    end?;
-    Ok(answers)
+    super::pipeline::pipelined(client, &steps, begin, commit).await
 }
 
 type Attempt = std::result::Result<Vec<Item>, (Failure, Vec<Item>)>;
@@ -758,7 +713,7 @@ async fn written(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin
     if let Some(answer) = answers.into_iter().next() {
         let rows = match answer {
             Ok(Answer::Rows(rows)) => rows,
-            Ok(Answer::Done) => Vec::new(),
+            Ok(Answer::Done(_)) => Vec::new(),
             Err(e) => {
                 // The COMMIT that followed rolled the whole batch back.
                 let e = match (order.as_slice(), items.len()) {
@@ -978,41 +933,5 @@ fn whole(e: StoreError) -> Failure {
         Failure::LostRace(e)
     } else {
         Failure::Unavailable(e)
-    }
-}
-
-/// The same error for another member of the batch (a driver error cannot be cloned, so the
-/// copy keeps its words and its kind, not its source).
-fn copy(e: &StoreError) -> StoreError {
-    match e {
-        StoreError::Unavailable { cause, .. } => StoreError::unavailable_plain(cause.clone()),
-        StoreError::StaleToken {
-            effect,
-            presented,
-            current,
-        } => StoreError::StaleToken {
-            effect: effect.clone(),
-            presented: *presented,
-            current: *current,
-        },
-        StoreError::LeaseLost { effect, token } => StoreError::LeaseLost {
-            effect: effect.clone(),
-            token: *token,
-        },
-        StoreError::NotFound { what, id } => StoreError::NotFound {
-            what,
-            id: id.clone(),
-        },
-        StoreError::Conflict(s) => StoreError::Conflict(s.clone()),
-        StoreError::SchemaTooNew { found, known } => StoreError::SchemaTooNew {
-            found: *found,
-            known: *known,
-        },
-        StoreError::Corrupt(s) => StoreError::Corrupt(s.clone()),
-        StoreError::Config(s) => StoreError::Config(s.clone()),
-        StoreError::Internal { sqlstate, .. } => StoreError::Internal {
-            sqlstate: sqlstate.clone(),
-            source: None,
-        },
     }
 }

@@ -5,6 +5,7 @@
 use deadpool_postgres::GenericClient;
 use tokio_postgres::types::{ToSql, Type};
 
+use super::pipeline::{pipelined, Step};
 use super::set::{insert_shape, substitute};
 use super::sqlstate::pg_err;
 use crate::error::StoreError;
@@ -106,11 +107,6 @@ pub(super) fn cells(row: &tokio_postgres::Row) -> Result<Row> {
     Ok(Row(out))
 }
 
-/// Each statement's changed-row count, or the first statement's error.
-fn counts(results: Vec<std::result::Result<u64, tokio_postgres::Error>>) -> Result<Vec<u64>> {
-    results.into_iter().map(|r| r.map_err(pg_err)).collect()
-}
-
 impl<C: Session> Tx for Executor<'_, C> {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
@@ -132,43 +128,24 @@ impl<C: Session> Tx for Executor<'_, C> {
     }
 
     async fn exec_all(&mut self, statements: &[Statement]) -> Result<Vec<u64>> {
-        let mut prepared = Vec::with_capacity(statements.len());
-        for (sql, _) in statements {
-            prepared.push(self.prepare(sql).await?);
-        }
         let spelled: Vec<_> = statements
             .iter()
             .map(|(_, params)| crate::nul::params(params))
             .collect();
-        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = spelled
+        let steps: Vec<Step<'_>> = statements
             .iter()
-            .map(|params| params.iter().map(as_sql).collect())
+            .zip(&spelled)
+            .map(|((sql, _), params)| Step {
+                sql,
+                params: params.iter().map(as_sql).collect(),
+                rows: false,
+            })
             .collect();
-        let client = self.client;
-        // Polling all at once sends them back to back on the connection (pipelining): each
-        // future queues its messages on its first poll, and the joins poll in order. The
-        // server still runs them in order.
-        let writes = futures_util::future::join_all(
-            prepared
-                .iter()
-                .zip(&refs)
-                .map(|(st, p)| client.execute(st, p)),
-        );
-        if C::IN_TRANSACTION {
-            return counts(writes.await);
-        }
-        let (begin, writes, commit) = futures_util::future::join3(
-            client.batch_execute("BEGIN"),
-            writes,
-            client.batch_execute("COMMIT"),
-        )
-        .await;
-        begin.map_err(pg_err)?;
-        // A write that failed aborted the transaction there, and the COMMIT after it rolled it
-        // back: that write's error is the one to report.
-        let counts = counts(writes)?;
-        commit.map_err(pg_err)?;
-        Ok(counts)
+        // On a bare connection the statements keep their all-or-nothing meaning in a
+        // transaction of their own, opened and committed in the same round trip.
+        let own = !C::IN_TRANSACTION;
+        let answers = pipelined(self.client, &steps, own.then_some("BEGIN"), own).await?;
+        answers.into_iter().map(|a| Ok(a?.count())).collect()
     }
 
     async fn write_decision(

@@ -27,7 +27,7 @@ pub(super) fn pg_err(e: tokio_postgres::Error) -> StoreError {
         }
         ErrorClass::Internal => StoreError::Internal {
             sqlstate: code.code().to_owned(),
-            source: Some(e.into()),
+            source: Some(std::sync::Arc::new(e)),
         },
     }
 }
