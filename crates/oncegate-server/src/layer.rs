@@ -301,17 +301,16 @@ where
     recorded(outcome, response)
 }
 
-/// The handler's answer, or a 503 when its outcome could not be recorded (the provider's
-/// retry then finds the effect held or unknown, never run twice).
+/// The handler's answer, or, when its outcome could not be recorded, the error's own answer
+/// from the one error mapping (`ApiError::from`): a 503 only when the store was unavailable
+/// (the provider's retry then finds the effect held or unknown, never run twice); a lease lost
+/// or a conflict is a 409 and a refused statement a 500, which no retry would cure.
 fn recorded(outcome: Result<(), oncegate::GateError>, response: Response) -> Response {
     match outcome {
         Ok(()) => response,
         Err(e) => {
             tracing::warn!(error = %e, "a handler's outcome could not be recorded");
-            match ApiError::from(e) {
-                a if a.problem == Problem::Unavailable => a.into_response(),
-                _ => ApiError::store_unavailable().into_response(),
-            }
+            ApiError::from(e).into_response()
         }
     }
 }

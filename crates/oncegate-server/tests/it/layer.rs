@@ -16,11 +16,14 @@ use serde_json::Value;
 
 use crate::harness::{self, Backend, Kind, PAYFLOW_SECRET};
 
-/// The consumer's handler: counts its runs and answers with the next scripted status.
+/// The consumer's handler: counts its runs and answers with the next scripted status. With a
+/// store in `elsewhere`, it first records an outcome for its own effect through that store, as
+/// another holder would, so the layer's own record of the handler's answer finds it taken.
 #[derive(Clone, Default)]
 struct Handler {
     runs: Arc<Mutex<Vec<Effect>>>,
     script: Arc<Mutex<VecDeque<StatusCode>>>,
+    elsewhere: Arc<Mutex<Option<Arc<dyn oncegate_store::Store>>>>,
 }
 
 async fn apply_refund(
@@ -29,6 +32,18 @@ async fn apply_refund(
     body: String,
 ) -> (StatusCode, String) {
     let v: Value = serde_json::from_str(&body).expect("the layer passes the body as received");
+    let elsewhere = handler.elsewhere.lock().unwrap().clone();
+    if let Some(store) = elsewhere {
+        store
+            .complete(
+                &effect.id,
+                effect.fencing,
+                r#"{"by":"elsewhere"}"#,
+                time::OffsetDateTime::now_utc(),
+            )
+            .await
+            .expect("the effect is completed elsewhere first");
+    }
     let status = handler
         .script
         .lock()
@@ -218,5 +233,43 @@ pub async fn a_failing_handler_is_retried_and_a_permanent_failure_is_kept(kind: 
     assert_eq!(body["action"], "ignore");
     assert_eq!(body["effect"]["state"], "failed", "{body}");
     assert_eq!(c.runs(), runs);
+    c.stop().await;
+}
+
+/// When the handler's outcome cannot be recorded, the layer answers what the error is, from
+/// the service's one error mapping: an effect whose outcome another holder already recorded is
+/// a 409 (`lease_lost`), which no retry would cure, never the 503 that a provider retries for
+/// days; and on PostgreSQL a statement the database refuses is a 500 with a correlation id.
+pub async fn an_outcome_the_store_refuses_is_answered_as_its_error(kind: Kind) {
+    let c = Consumer::start(kind).await;
+    let other = oncegate_store::open(&c.backend.url).await.unwrap();
+    *c.handler.elsewhere.lock().unwrap() = Some(other);
+    let (status, body, _) = c.post(&refund("RR-8", "800", 1), PAYFLOW_SECRET).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "lease_lost", "{body}");
+    assert_eq!(c.runs(), 1);
+    *c.handler.elsewhere.lock().unwrap() = None;
+    // The outcome recorded first stands: a retry is answered with it.
+    let (status, body, _) = c.post(&refund("RR-8", "800", 2), PAYFLOW_SECRET).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["effect"]["result"]["by"], "elsewhere", "{body}");
+    assert_eq!(c.runs(), 1);
+
+    if c.backend.admin.is_some() {
+        let admin = harness::pg_admin(&c.backend.url).await;
+        admin
+            .batch_execute(
+                "CREATE FUNCTION refuse_result() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                 BEGIN IF NEW.result LIKE '%\"amount\":900%' THEN \
+                 RAISE EXCEPTION 'refused by a trigger' USING ERRCODE = 'P0001'; END IF; RETURN NEW; END $$; \
+                 CREATE TRIGGER refuse_result BEFORE UPDATE ON effects FOR EACH ROW EXECUTE FUNCTION refuse_result()",
+            )
+            .await
+            .unwrap();
+        let (status, body, _) = c.post(&refund("RR-9", "900", 1), PAYFLOW_SECRET).await;
+        assert_eq!(status, 500, "{body}");
+        assert_eq!(body["error"]["code"], "internal", "{body}");
+        assert!(body["error"]["correlation_id"].is_string(), "{body}");
+    }
     c.stop().await;
 }

@@ -86,6 +86,7 @@ both_backends!(
     operation_scope::the_second_type_of_one_operation_is_ignored_with_the_first_result,
     layer::the_layer_runs_the_handler_once_and_answers_retries_with_its_result,
     layer::a_failing_handler_is_retried_and_a_permanent_failure_is_kept,
+    layer::an_outcome_the_store_refuses_is_answered_as_its_error,
     operation_scope::a_differing_discriminant_across_the_two_types_is_quarantined,
     operation_scope::thirty_two_racers_across_the_two_types_make_one_process,
     data_shapes::nul_in_values_and_keys_is_decided_and_provable,
