@@ -198,6 +198,11 @@ impl From<StoreError> for ApiError {
                 "lease_lost",
                 format!("Effect {effect} is no longer reserved under this token: its lease expired or it already has an outcome."),
             ),
+            StoreError::OutcomeRecorded { effect, .. } => ApiError::new(
+                Problem::Conflict,
+                "outcome_recorded",
+                format!("Effect {effect} was already completed under this token with another result; the first result stands."),
+            ),
             StoreError::NotFound { what, id } => {
                 ApiError::not_found(format!("No {what} {id} exists."))
             }

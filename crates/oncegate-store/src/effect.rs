@@ -368,9 +368,54 @@ pub(crate) async fn complete<T: Tx + Send>(
 ) -> Result<()> {
     let (sql, params) = complete_statement(effect, token, result, now);
     if tx.exec(sql, &params).await? == 0 {
-        return Err(refusal(tx, effect, token).await?);
+        return unchanged_complete(tx, effect, token, result).await;
     }
     Ok(())
+}
+
+/// A complete that changed no row: done already when the same holder completed the effect
+/// with the same result (a retry of a complete that committed but whose answer was lost, in
+/// a failover or a cut connection: answering it as refused would tell the holder its work is
+/// unrecorded), else why it was refused: `OutcomeRecorded` when that holder recorded another
+/// result, `refusal`'s answer otherwise.
+pub(crate) async fn unchanged_complete<T: Tx + Send>(
+    tx: &mut T,
+    effect: &EffectId,
+    token: u64,
+    result: &str,
+) -> Result<()> {
+    let rows = tx
+        .query(
+            "SELECT fencing_token, state, result FROM effects WHERE id = $1",
+            &[text(effect.as_str())],
+        )
+        .await?;
+    if let Some(row) = rows.first() {
+        let held = row.int(0)? as u64 == token;
+        if held && row.text(1)? == EffectState::Completed.as_str() {
+            return match row.opt_text(2)? {
+                Some(stored) if same_result(&stored, result) => Ok(()),
+                _ => Err(StoreError::OutcomeRecorded {
+                    effect: effect.clone(),
+                    token,
+                }),
+            };
+        }
+    }
+    Err(refusal(tx, effect, token).await?)
+}
+
+/// Two results are the same when their texts are, or when both are JSON of one value (a
+/// retry may spell its result anew).
+fn same_result(stored: &str, presented: &str) -> bool {
+    stored == presented
+        || matches!(
+            (
+                serde_json::from_str::<serde_json::Value>(stored),
+                serde_json::from_str::<serde_json::Value>(presented),
+            ),
+            (Ok(a), Ok(b)) if a == b
+        )
 }
 
 /// `complete`'s guarded update (one row changed, or none when the effect is no longer the

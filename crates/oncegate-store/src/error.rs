@@ -40,6 +40,10 @@ pub enum StoreError {
     /// already recorded.
     #[error("effect {effect} is no longer reserved under token {token} (its lease expired or it already has an outcome)")]
     LeaseLost { effect: EffectId, token: u64 },
+    /// The holder of the token already completed the effect, with another result than the one
+    /// presented now: the first outcome stands (the same result presented again is no error).
+    #[error("effect {effect} was already completed under token {token} with another result")]
+    OutcomeRecorded { effect: EffectId, token: u64 },
     /// A stored record the request names does not exist (or no longer does, after a purge).
     #[error("{what} {id} was not found")]
     NotFound { what: &'static str, id: String },

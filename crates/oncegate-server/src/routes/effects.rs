@@ -56,11 +56,11 @@ async fn holder(
     request_body = CompleteRequest,
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "The effect is completed.", body = EffectOutcomeBody),
+        (status = 200, description = "The effect is completed (also when this token already completed it with the same result: a retried complete).", body = EffectOutcomeBody),
         (status = 400, description = "`invalid_request` (the body or the token), `result_too_large`.", body = ErrorBody),
         (status = 403, description = "`forbidden`: the token's role is not `ingest` or `admin`.", body = ErrorBody),
         (status = 404, description = "`not_found`: no such effect for this token's tenants.", body = ErrorBody),
-        (status = 409, description = "`stale_token` (a newer reservation holds it), `lease_lost`.", body = ErrorBody),
+        (status = 409, description = "`stale_token` (a newer reservation holds it), `lease_lost`, `outcome_recorded` (this token completed it with another result).", body = ErrorBody),
     )
 )]
 pub(crate) async fn complete(

@@ -125,7 +125,19 @@ pub async fn effect_outcomes_need_the_current_token(kind: Kind) {
             json!({"token": t2, "result": {"ledger": "tx_9"}}),
         )
         .await;
-    assert_eq!(twice.status, 409, "{}", twice.text);
+    // A complete retried after it committed (its answer lost) is done again;
+    // the same token with another result is refused: the outcome stands.
+    assert_eq!(twice.status, 200, "{}", twice.text);
+    assert_eq!(twice.body["state"], "completed");
+    let other_result = s
+        .post_json(
+            &format!("/v1/effects/{eff}/complete"),
+            Some(INGEST),
+            json!({"token": t2, "result": {"ledger": "tx_10"}}),
+        )
+        .await;
+    assert_eq!(other_result.status, 409, "{}", other_result.text);
+    assert_eq!(other_result.error_code(), "outcome_recorded");
 
     // A permanent failure is returned to later deliveries instead of re-running.
     let t_other = other.body["reservation"]["token"].as_str().unwrap();

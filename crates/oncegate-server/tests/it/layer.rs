@@ -238,7 +238,7 @@ pub async fn a_failing_handler_is_retried_and_a_permanent_failure_is_kept(kind: 
 
 /// When the handler's outcome cannot be recorded, the layer answers what the error is, from
 /// the service's one error mapping: an effect whose outcome another holder already recorded is
-/// a 409 (`lease_lost`), which no retry would cure, never the 503 that a provider retries for
+/// a 409 (`outcome_recorded`), which no retry would cure, never the 503 that a provider retries for
 /// days; and on PostgreSQL a statement the database refuses is a 500 with a correlation id.
 pub async fn an_outcome_the_store_refuses_is_answered_as_its_error(kind: Kind) {
     let c = Consumer::start(kind).await;
@@ -246,7 +246,7 @@ pub async fn an_outcome_the_store_refuses_is_answered_as_its_error(kind: Kind) {
     *c.handler.elsewhere.lock().unwrap() = Some(other);
     let (status, body, _) = c.post(&refund("RR-8", "800", 1), PAYFLOW_SECRET).await;
     assert_eq!(status, 409, "{body}");
-    assert_eq!(body["error"]["code"], "lease_lost", "{body}");
+    assert_eq!(body["error"]["code"], "outcome_recorded", "{body}");
     assert_eq!(c.runs(), 1);
     *c.handler.elsewhere.lock().unwrap() = None;
     // The outcome recorded first stands: a retry is answered with it.

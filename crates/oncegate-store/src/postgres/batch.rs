@@ -745,9 +745,10 @@ async fn written(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin
         let completed = match (&item.complete, completed[i]) {
             (Some(c), Some(false)) => {
                 let mut run = Executor::new(client);
-                Some(Err(crate::effect::refusal(&mut run, &c.effect, c.token)
-                    .await
-                    .unwrap_or_else(|e| e)))
+                Some(
+                    crate::effect::unchanged_complete(&mut run, &c.effect, c.token, &c.result)
+                        .await,
+                )
             }
             (Some(_), _) => Some(Ok(())),
             (None, _) => None,

@@ -58,6 +58,7 @@ macro_rules! conformance {
 conformance!(
     journal_and_read_back,
     delivery_time_ranges_are_exact_to_the_millisecond,
+    a_complete_retried_after_its_commit_is_done,
     racing_reservations_have_exactly_one_winner,
     stale_tokens_are_refused,
     a_retryable_failure_is_taken_over_with_the_next_token,

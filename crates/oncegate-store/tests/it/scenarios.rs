@@ -1528,3 +1528,52 @@ pub async fn delivery_time_ranges_are_exact_to_the_millisecond(b: &Backend) {
     assert_eq!(counts.deliveries, 1);
     assert_eq!(bodies(listed(None, None).await), ["corr-after", "corr-at"]);
 }
+
+/// A complete retried after it committed (its answer lost with the connection) is answered as
+/// done when it presents the same result, spelled alike or not; another result is refused as
+/// such, and the first result stands. Another token is still refused as stale.
+pub async fn a_complete_retried_after_its_commit_is_done(b: &Backend) {
+    let store = b.open().await;
+    let (_, outcome) = deliver(
+        &store,
+        Delivery::new("a", t0()),
+        Some(strong("re_retried")),
+        &strong_critical(),
+    )
+    .await;
+    let (effect, token) = reservation(&outcome);
+    let at = t0() + Duration::seconds(1);
+    let result = r#"{"refund":"re_1","amount":1000}"#;
+    store.complete(&effect, token, result, at).await.unwrap();
+    store
+        .complete(&effect, token, result, at + Duration::seconds(2))
+        .await
+        .expect("the same result again is done");
+    store
+        .complete(
+            &effect,
+            token,
+            r#"{ "amount": 1000, "refund": "re_1" }"#,
+            at,
+        )
+        .await
+        .expect("the same result spelled anew is done");
+    match store
+        .complete(&effect, token, r#"{"refund":"re_2"}"#, at)
+        .await
+    {
+        Err(StoreError::OutcomeRecorded { token: t, .. }) => assert_eq!(t, token),
+        other => panic!("expected OutcomeRecorded, got {other:?}"),
+    }
+    match store.complete(&effect, token + 1, result, at).await {
+        Err(StoreError::StaleToken { .. }) => {}
+        other => panic!("expected StaleToken, got {other:?}"),
+    }
+    let record = store.effect(&effect).await.unwrap().unwrap();
+    assert_eq!(record.state, EffectState::Completed);
+    assert_eq!(
+        record.result.as_deref(),
+        Some(result),
+        "the first result stands"
+    );
+}
