@@ -202,7 +202,7 @@ async fn authority() -> Result<String> {
 pub async fn run() -> Result<()> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let db = dir.path().join("demo.db");
-    let store = oncegate_store::open(&db.display().to_string()).await?;
+    let store = oncegate_store::open_at(&oncegate_store::StoreLocation::Sqlite(db.clone())).await?;
     let authority = authority().await?;
     // The example contract, with payflow's authority pointed at the local stand-in (which
     // needs no API token).

@@ -91,10 +91,10 @@ pub async fn run(o: Options<'_>) -> Result<()> {
         bail!("set ONCEGATE_KEY_SALT (or ONCEGATE_KEY_SALT_FILE) to a long random secret: sensitive fields and reservation tokens are keyed by it, and every instance sharing a store must use the same one");
     };
     crate::reconcile::check_authorities(&contract, o.ca_file)?;
-    let url = store_url(o.store, Some(&contract));
-    let store = oncegate_store::open(&url)
+    let location: oncegate_store::StoreLocation = store_url(o.store, Some(&contract)).parse()?;
+    let store = oncegate_store::open_at(&location)
         .await
-        .with_context(|| format!("opening the store ({})", store_kind(&url)))?;
+        .with_context(|| format!("opening the store ({location})"))?;
     // Keys of operation-scoped strategies written before they were scoped by the operation
     // are moved once; later runs find nothing to move.
     let moved = store
@@ -135,21 +135,13 @@ pub async fn run(o: Options<'_>) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(o.listen)
         .await
         .with_context(|| format!("listening on {}", o.listen))?;
-    tracing::info!(address = %listener.local_addr()?, store = store_kind(&url), contract = %contract.source, "oncegate serving");
+    tracing::info!(address = %listener.local_addr()?, store = %location, contract = %contract.source, "oncegate serving");
     oncegate_server::serve(listener, config, shutdown()).await?;
     tracing::info!("stopped: in-flight decisions finished");
     Ok(())
 }
 
 /// The store's kind without its credentials, for logs.
-fn store_kind(url: &str) -> &'static str {
-    if url.starts_with("postgres") {
-        "postgresql"
-    } else {
-        "sqlite"
-    }
-}
-
 async fn shutdown() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;

@@ -359,10 +359,12 @@ fn main() {
             if !wanted("sqlite") {
                 break;
             }
-            let store =
-                oncegate_store::open(dir.path().join(format!("ours-{n}.db")).to_str().unwrap())
-                    .await
-                    .unwrap();
+            let store = oncegate_store::open(&format!(
+                "sqlite://{}",
+                dir.path().join(format!("ours-{n}.db")).display()
+            ))
+            .await
+            .unwrap();
             let bare = Arc::new(SqliteBaseline::open(
                 dir.path().join(format!("baseline-{n}.db")),
             ));

@@ -33,6 +33,7 @@ pub mod delivery;
 pub mod effect;
 pub mod error;
 pub mod forward;
+pub mod location;
 pub mod queue;
 pub mod reconciliation;
 pub mod report;
@@ -70,6 +71,7 @@ pub use forward::{
     ForwardAttempt, ForwardCounts, ForwardEnd, ForwardFilter, ForwardNext, ForwardRecord,
     ForwardStart, ForwardState, ForwardType, NewForward,
 };
+pub use location::StoreLocation;
 pub use queue::{
     CursorError, DeliveryItems, Proposal, QueueCounts, QueueCursor, QueueFilter, QueueItem,
     QueueKind, QueuePage, QueueRef, QueueStatus, Resolution, ResolutionOutcome, ResolutionRecord,
@@ -484,9 +486,10 @@ pub trait Store: Send + Sync {
     async fn forward_counts(&self, tenants: &TenantFilter) -> Result<ForwardCounts, StoreError>;
 }
 
-/// Opens the store a URL names and applies the embedded migrations: `postgres://…` or
-/// `postgresql://…` for PostgreSQL; `sqlite://path`, `sqlite:path` or a plain path for SQLite
-/// (the file is created when missing). An empty SQLite path is a `Config` error.
+/// Opens the store a store string names and applies the embedded migrations: `postgres://…`,
+/// `postgresql://…` or a libpq `key=value` string for PostgreSQL; `sqlite://path` or
+/// `sqlite:path` for SQLite (the file is created when missing). Anything else, a bare file
+/// name included, is a `Config` error listing the accepted forms ([`StoreLocation`]).
 ///
 /// ```
 /// use oncegate_store::testing::TestDatabase;
@@ -520,20 +523,18 @@ pub trait Store: Send + Sync {
 /// assert!(store.proof(&id).await?.is_none(), "not decided yet");
 ///
 /// assert!(matches!(oncegate_store::open("sqlite://").await, Err(StoreError::Config(_))));
+/// assert!(matches!(oncegate_store::open("oncegate.db").await, Err(StoreError::Config(_))));
 /// # Ok(())
 /// # }
 /// ```
 pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(postgres::PgStore::open(url).await?))
-    } else {
-        let path = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .unwrap_or(url);
-        if path.is_empty() {
-            return Err(StoreError::Config("the SQLite path is empty".to_owned()));
-        }
-        Ok(Arc::new(sqlite::SqliteStore::open(path).await?))
-    }
+    open_at(&url.parse()?).await
+}
+
+/// Opens the store at a checked location (see [`open`]).
+pub async fn open_at(location: &StoreLocation) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match location {
+        StoreLocation::Postgres(conn) => Arc::new(postgres::PgStore::open(conn).await?),
+        StoreLocation::Sqlite(path) => Arc::new(sqlite::SqliteStore::open(path).await?),
+    })
 }

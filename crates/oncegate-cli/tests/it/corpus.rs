@@ -382,7 +382,7 @@ pub(crate) fn serve_with(db: &str, contract: &str) -> Served {
 #[tokio::test(flavor = "multi_thread")]
 async fn export_masks_sensitive_fields_and_labels_resolutions() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("export.db").display().to_string();
+    let db = format!("sqlite://{}", dir.path().join("export.db").display());
     let served = serve(&db);
     let http = reqwest::Client::new();
     let post = |body: &'static str| {

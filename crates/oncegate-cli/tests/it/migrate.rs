@@ -69,7 +69,7 @@ async fn a_retry_after_cut_over_is_ignored_once_migrated() {
 
     // Without the migration, the cut-over would apply the capture a second time: the v2 key
     // is new, so nothing holds it. This is what `migrate` exists to prevent.
-    let control = dir.path().join("control.db").display().to_string();
+    let control = format!("sqlite://{}", dir.path().join("control.db").display());
     processed_under_v1(&control).await;
     let served = serve_with(&control, &new);
     let twice = post(&served.base, RETRY).await;
@@ -77,7 +77,7 @@ async fn a_retry_after_cut_over_is_ignored_once_migrated() {
     assert_eq!(twice["strategy"]["version"], 2);
     drop(served);
 
-    let db = dir.path().join("migrated.db").display().to_string();
+    let db = format!("sqlite://{}", dir.path().join("migrated.db").display());
     let effect = processed_under_v1(&db).await;
     let out = migrate(&db, &new);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -107,7 +107,7 @@ async fn a_retry_after_cut_over_is_ignored_once_migrated() {
 #[test]
 fn migrate_needs_the_service_salt_for_sensitive_fields() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("empty.db").display().to_string();
+    let db = format!("sqlite://{}", dir.path().join("empty.db").display());
     let out = Command::new(env!("CARGO_BIN_EXE_oncegate"))
         .args([
             "migrate",

@@ -7,7 +7,7 @@ use serde_json::Value;
 #[tokio::test(flavor = "multi_thread")]
 async fn explain_shows_the_scope_two_types_share() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("shared.db").display().to_string();
+    let db = format!("sqlite://{}", dir.path().join("shared.db").display());
     let served = serve_with(&db, &contract("operation-scope.toml"));
     let http = reqwest::Client::new();
     let post = |body: &'static str| {

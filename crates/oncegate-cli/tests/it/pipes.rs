@@ -117,7 +117,7 @@ fn canon_lines_exits_quietly_when_its_stdout_is_closed() {
 #[test]
 fn other_errors_are_still_reported() {
     let out = oncegate()
-        .args(["report", "--store", "/nonexistent/dir/oncegate.db"])
+        .args(["report", "--store", "sqlite:///nonexistent/dir/oncegate.db"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -131,7 +131,7 @@ fn serve_logs_to_a_pipe_carry_no_colour_escapes() {
     let mut child = oncegate()
         .args(["serve", "--contract", CONTRACT, "--listen", "127.0.0.1:0"])
         .arg("--store")
-        .arg(&db)
+        .arg(format!("sqlite://{}", db.display()))
         .env("ONCEGATE_KEY_SALT", "pipes-test-salt")
         .env("ONCEGATE_TOKENS", "ingest:*:ingest-token-1")
         .env_remove("ONCEGATE_LOG")

@@ -68,7 +68,9 @@ async fn queue_second_refund(base: &str) -> Queued {
     std::fs::write(&contract_path, &text).unwrap();
 
     let contract = Arc::new(oncegate_core::contract::parse("oncegate.toml", &text).unwrap());
-    let store = oncegate_store::open(db.to_str().unwrap()).await.unwrap();
+    let store = oncegate_store::open(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
     let mut config = ServiceConfig::new(contract, store, SALT.as_bytes().to_vec());
     config.tokens = ApiToken::parse_list("ingest:*:ingest-1;operator:*:operator-1").unwrap();
     config.reconciler.every = None;
@@ -128,7 +130,7 @@ impl Queued {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_oncegate"));
         cmd.arg("reconcile")
             .args(extra)
-            .args(["--store", self.db.to_str().unwrap()])
+            .args(["--store", &format!("sqlite://{}", self.db.display())])
             .args(["--contract", self.contract.to_str().unwrap()])
             .env("ONCEGATE_KEY_SALT", SALT)
             .env("PAYFLOW_API_TOKEN", API_TOKEN)

@@ -11,6 +11,8 @@ const TOKENS: &str = "admin:*:admin-token-1;ingest:acme:ingest-token-1";
 struct Server {
     child: Child,
     base: String,
+    /// Which store the start-up line says is in use.
+    store: String,
 }
 
 fn start(store: &str) -> Server {
@@ -40,7 +42,7 @@ fn start_with(store: &str, extra: &[&str]) -> Server {
         .expect("the binary starts");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut seen = Vec::new();
-    let address = loop {
+    let (address, store) = loop {
         let Some(Ok(line)) = lines.next() else {
             let _ = child.kill();
             panic!(
@@ -51,10 +53,13 @@ fn start_with(store: &str, extra: &[&str]) -> Server {
         let v: serde_json::Value =
             serde_json::from_str(&line).unwrap_or_else(|_| panic!("a JSON log line: {line}"));
         if v["message"] == "oncegate serving" {
-            break v["address"]
-                .as_str()
-                .expect("the address is logged")
-                .to_owned();
+            break (
+                v["address"]
+                    .as_str()
+                    .expect("the address is logged")
+                    .to_owned(),
+                v["store"].as_str().expect("the store is logged").to_owned(),
+            );
         }
         seen.push(line);
     };
@@ -63,6 +68,7 @@ fn start_with(store: &str, extra: &[&str]) -> Server {
     Server {
         child,
         base: format!("http://{address}"),
+        store,
     }
 }
 
@@ -147,16 +153,57 @@ fn stop(mut server: Server) {
 async fn serve_answers_on_sqlite_and_stops_gracefully() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("serve.db");
-    let server = start(db.to_str().unwrap());
+    let server = start(&format!("sqlite://{}", db.display()));
+    assert_eq!(server.store, format!("SQLite file {}", db.display()));
     exercise(&server).await;
     stop(server);
     assert!(db.exists(), "the SQLite file is where it was asked to be");
+}
+
+#[test]
+fn a_store_string_that_names_no_store_is_refused_and_nothing_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    // A libpq string with a typo, and a bare file name: neither may become a SQLite file.
+    for store in ["hots=127.0.0.1 port=5432 dbname=og", "oncegate.db"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_oncegate"))
+            .args(["serve", "--contract", CONTRACT, "--store", store])
+            .args(["--listen", "127.0.0.1:0"])
+            .current_dir(dir.path())
+            .env("ONCEGATE_KEY_SALT", "serve-test-salt")
+            .env("ONCEGATE_TOKENS", TOKENS)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{store}: a usage error: {err}");
+        assert!(
+            err.contains(&format!("{store:?}")),
+            "names the string: {err}"
+        );
+        assert!(
+            err.contains("sqlite://PATH")
+                && err.contains("postgres://")
+                && err.contains("key=value"),
+            "lists the accepted forms: {err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing was created in the working directory"
+    );
 }
 
 #[tokio::test]
 async fn serve_answers_on_postgresql() {
     let db = oncegate_store::testing::TestDatabase::postgres("oncegate_cli_test").await;
     let server = start(&db.url);
+    assert!(
+        server
+            .store
+            .starts_with("PostgreSQL database oncegate_cli_test"),
+        "{}",
+        server.store
+    );
     exercise(&server).await;
     stop(server);
     db.cleanup().await;
@@ -179,7 +226,7 @@ async fn serve_flags_override_the_contracts_limits() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("limits.db");
     let server = start_with(
-        db.to_str().unwrap(),
+        &format!("sqlite://{}", db.display()),
         &["--max-body-bytes", "200", "--max-depth", "3"],
     );
     let http = reqwest::Client::new();
@@ -214,7 +261,7 @@ async fn serve_timeout_flags_bound_the_connections() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("deadlines.db");
     let server = start_with(
-        db.to_str().unwrap(),
+        &format!("sqlite://{}", db.display()),
         &["--header-timeout", "300ms", "--idle-timeout", "300ms"],
     );
     let mut silent = tokio::net::TcpStream::connect(server.base.trim_start_matches("http://"))
@@ -270,7 +317,7 @@ fn an_unusable_ca_file_stops_serve_and_reconcile_naming_it() {
                 .args(&args)
                 .args(["--contract", CONTRACT])
                 .arg("--store")
-                .arg(&db)
+                .arg(format!("sqlite://{}", db.display()))
                 .env("ONCEGATE_KEY_SALT", "serve-test-salt")
                 .env("ONCEGATE_CA_FILE", ca)
                 .output()

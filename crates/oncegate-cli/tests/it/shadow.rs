@@ -26,7 +26,7 @@ confidence = "strong"
 #[tokio::test(flavor = "multi_thread")]
 async fn a_shadow_reports_what_it_would_have_done_and_never_acts() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("shadow.db").display().to_string();
+    let db = format!("sqlite://{}", dir.path().join("shadow.db").display());
     let served = serve_with(&db, &with_shadow(dir.path()));
     let http = reqwest::Client::new();
     let post = |body: &'static str| {

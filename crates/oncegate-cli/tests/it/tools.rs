@@ -280,7 +280,7 @@ fn demo_tells_the_story_and_ends_with_a_zero_gap() {
 fn explain_and_report_read_the_store() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("o.db");
-    let db = db.to_str().unwrap();
+    let db = &format!("sqlite://{}", db.display());
     let out = oncegate(
         &["explain", "dlv_01m8njka0ssncqxyz2b0jcyphq", "--store", db],
         "",
