@@ -117,6 +117,16 @@ impl ApiError {
         )
     }
 
+    /// 503 `store_unavailable` when the request's work was sent and its answer lost: it may
+    /// have been recorded, and a retry is decided from what the store holds.
+    pub fn store_unanswered() -> Self {
+        ApiError::new(
+            Problem::Unavailable,
+            "store_unavailable",
+            "The store stopped answering while this request was being recorded; it may have been recorded. Retry: the retry is decided from what the store holds, never done twice.",
+        )
+    }
+
     /// 503 `timeout`: the request ran out of time; retry.
     pub fn timeout() -> Self {
         ApiError::new(
@@ -180,9 +190,17 @@ impl From<StoreError> for ApiError {
     /// the caller; the store's own text (which may carry a driver's cause) goes to the log.
     fn from(e: StoreError) -> Self {
         match &e {
-            StoreError::Unavailable { cause, .. } => {
-                tracing::warn!(cause = %cause, "store unavailable");
-                ApiError::store_unavailable()
+            StoreError::Unavailable {
+                cause,
+                may_be_recorded,
+                ..
+            } => {
+                tracing::warn!(cause = %cause, may_be_recorded, "store unavailable");
+                if *may_be_recorded {
+                    ApiError::store_unanswered()
+                } else {
+                    ApiError::store_unavailable()
+                }
             }
             StoreError::StaleToken {
                 effect,

@@ -17,11 +17,15 @@ pub type Cause = Arc<dyn StdError + Send + Sync + 'static>;
 #[allow(missing_docs)] // each variant's message says what it and its fields hold
 pub enum StoreError {
     /// The database cannot be reached or cannot write (connection refused, pool timeout, disk
-    /// full, read-only file). Nothing was decided; the caller may retry later.
+    /// full, read-only file, no answer in time); the caller may retry later. Nothing was
+    /// recorded unless `may_be_recorded`: the connection was lost after the work was sent, so
+    /// it may have committed (a retry is decided from what the store holds, never done twice).
     #[error("the store is unavailable: {cause}")]
     Unavailable {
         /// A short plain cause ("connection refused", "disk is full"…), not the driver's text.
         cause: String,
+        /// The work was sent and its answer lost: it may have committed.
+        may_be_recorded: bool,
         /// The driver's error, for logs (`None` when the store itself found the cause).
         #[source]
         source: Option<Cause>,
@@ -86,13 +90,38 @@ impl StoreError {
     ) -> Self {
         StoreError::Unavailable {
             cause: cause.into(),
+            may_be_recorded: false,
             source: Some(Arc::new(source)),
         }
+    }
+
+    /// The connection was lost after the work was sent: it may have committed.
+    pub(crate) fn unanswered(
+        cause: impl Into<String>,
+        source: Option<impl StdError + Send + Sync + 'static>,
+    ) -> Self {
+        StoreError::Unavailable {
+            cause: cause.into(),
+            may_be_recorded: true,
+            source: source.map(|s| Arc::new(s) as Cause),
+        }
+    }
+
+    /// Whether the failed call may have been recorded all the same (see `Unavailable`).
+    pub fn may_be_recorded(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unavailable {
+                may_be_recorded: true,
+                ..
+            }
+        )
     }
 
     pub(crate) fn unavailable_plain(cause: impl Into<String>) -> Self {
         StoreError::Unavailable {
             cause: cause.into(),
+            may_be_recorded: false,
             source: None,
         }
     }

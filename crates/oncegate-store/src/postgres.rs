@@ -135,9 +135,7 @@ impl PgStore {
     pub async fn open(url: &str) -> Result<Self> {
         let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|_| StoreError::Config("the PostgreSQL URL is not valid".to_owned()))?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(POOL_TIMEOUT);
-        }
+        bound_the_network(&mut config);
         let manager = Manager::from_config(
             config.clone(),
             NoTls,
@@ -165,6 +163,39 @@ impl PgStore {
         })
     }
 }
+
+/// Bounds on the network under the store, unless the store string sets its own: a connection
+/// is made within `POOL_TIMEOUT`; data the database does not acknowledge within 10 s, or an
+/// idle connection whose peer stopped answering keepalives (15 s, then 3 probes 5 s apart),
+/// closes the connection, so a database that vanished (a failover, a cable) is noticed in
+/// seconds instead of the kernel's default of hours. A network that acknowledges but never
+/// answers is bounded per batch (`batch::BATCH_BOUND`) and per health check (`PING_BOUND`).
+fn bound_the_network(config: &mut tokio_postgres::Config) {
+    let defaults = tokio_postgres::Config::new();
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(POOL_TIMEOUT);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(StdDuration::from_secs(10));
+    }
+    if config.get_keepalives_idle() == defaults.get_keepalives_idle() {
+        config.keepalives_idle(StdDuration::from_secs(15));
+    }
+    if config.get_keepalives_interval().is_none() {
+        config.keepalives_interval(StdDuration::from_secs(5));
+    }
+    if config.get_keepalives_retries().is_none() {
+        config.keepalives_retries(3);
+    }
+}
+
+/// The longest a health check (`ping`) takes before it says the store is unavailable.
+const PING_BOUND: StdDuration = StdDuration::from_secs(1);
+
+/// The database's own bound on each statement of a batch: a statement stuck on a lock or a
+/// slow disk is cancelled (57014, answered 503) instead of holding the batch's callers. Only
+/// the hot path's batches are bounded; the report and retention may legitimately run longer.
+const BATCH_STATEMENT_TIMEOUT: &str = "SET LOCAL statement_timeout = '5s'";
 
 /// The planner settings a batch's transaction runs under (see `batch_begin`).
 pub(crate) const BATCH_PLANS: &str =
@@ -196,11 +227,12 @@ async fn batch_begin(pool: &Pool) -> Result<&'static str> {
         .try_get::<_, Option<String>>(0)
         .map_err(pg_err)?
         .is_some();
-    static BEGIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static PLANNED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static PLAIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     Ok(if known {
-        BEGIN.get_or_init(|| format!("BEGIN; {BATCH_PLANS}"))
+        PLANNED.get_or_init(|| format!("BEGIN; {BATCH_STATEMENT_TIMEOUT}; {BATCH_PLANS}"))
     } else {
-        "BEGIN"
+        PLAIN.get_or_init(|| format!("BEGIN; {BATCH_STATEMENT_TIMEOUT}"))
     })
 }
 
@@ -274,8 +306,13 @@ pub(crate) fn batch_complete_text() -> String {
     batch::complete_text()
 }
 
+/// A call whose batch was given up (`batch::BATCH_BOUND`) or stopped hears no answer: its
+/// work may have been sent and committed.
 fn stopped() -> StoreError {
-    StoreError::unavailable_plain("the PostgreSQL batches stopped")
+    StoreError::unanswered(
+        "the database did not answer in time",
+        None::<std::io::Error>,
+    )
 }
 
 /// Runs `$body` (which uses the transaction named `$tx`) in a fresh transaction and commits it
@@ -324,9 +361,29 @@ crate::operations::store_impl!(PgStore, run, {
     }
 
     async fn ping(&self) -> Result<()> {
-        let client = self.pool.get().await.map_err(pool_err)?;
-        client.simple_query("SELECT 1").await.map_err(pg_err)?;
-        Ok(())
+        let late = || {
+            StoreError::unavailable_plain(format!(
+                "the database did not answer within {} ms",
+                PING_BOUND.as_millis()
+            ))
+        };
+        let deadline = tokio::time::Instant::now() + PING_BOUND;
+        let client = tokio::time::timeout_at(deadline, self.pool.get())
+            .await
+            .map_err(|_| late())?
+            .map_err(pool_err)?;
+        // A transaction that commits, as every decision does: a network that loses the answers
+        // to COMMIT (or a database that cannot write) fails the check, where `SELECT 1` passed.
+        let check = client.simple_query("BEGIN; SELECT txid_current(); COMMIT");
+        let answer = tokio::time::timeout_at(deadline, check).await;
+        match answer {
+            Ok(answer) => answer.map(|_| ()).map_err(pg_err),
+            Err(_) => {
+                // Never back to the pool: its answer may still arrive, or its transaction stay open.
+                drop(deadpool_postgres::Object::take(client));
+                Err(late())
+            }
+        }
     }
 
     async fn journal(&self, reception: NewReception) -> Result<DeliveryId> {

@@ -8,7 +8,8 @@
 //! (measured on PostgreSQL: 2.5 ms per count under load, the largest single cost of a delivery).
 //! The matches waiting while a count is written are written together in the next one
 //! ([`Tallies`]), and each caller returns once the write holding its match committed, so the
-//! next decision reads a breaker its match may have opened, as before.
+//! next decision reads a breaker its match may have opened, or after `TALLY_WAIT` at most: the
+//! count is not on the answer's path past that.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,7 +51,7 @@ pub(crate) fn scope(
 
 /// Counts the decision in the breaker's window when it was a key match (a prior was found),
 /// and reports the breaker opening when this match tripped it. Returns once the match is
-/// written (with the others waiting at the same moment, see [`Tallies`]).
+/// written (with the others waiting at the same moment, see [`Tallies`]), or after `TALLY_WAIT`.
 pub(crate) async fn count(gate: &Gate, scope: &BreakerScope, outcome: &DecideOutcome) {
     let action = outcome.decision.action;
     if outcome.prior == Prior::None || action == Action::Reject {
@@ -62,8 +63,14 @@ pub(crate) async fn count(gate: &Gate, scope: &BreakerScope, outcome: &DecideOut
         tokio::spawn(async move { flush(&gate).await });
     }
     // A flush that never answers (its runtime stopped) drops the sender: nothing to wait for.
-    let _ = written.await;
+    // The decision itself has committed: the wait only lets the next decision read a breaker
+    // this match opened, and is bounded so that a slow database (a remote zone, a lossy
+    // network) never holds an answer for its tally; a match written later still counts.
+    let _ = tokio::time::timeout(TALLY_WAIT, written).await;
 }
+
+/// The longest an answer waits for its match to be counted.
+const TALLY_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Matches waiting to be written, per scope, with their callers; and whether a flush runs.
 #[derive(Default)]

@@ -15,15 +15,27 @@ pub(crate) async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
+/// The longest `/readyz` takes to answer.
+const READY_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub(crate) async fn readyz(
     State(state): State<AppState>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    match state.store.ping().await {
-        Ok(()) => Ok(Json(
+    // A probe that hangs is read as a dead instance by a balancer with a shorter timeout than
+    // ours: the check answers within `READY_BOUND`, ready or not.
+    match tokio::time::timeout(READY_BOUND, state.store.ping()).await {
+        Ok(Ok(())) => Ok(Json(
             json!({"status": "ready", "store": state.store.backend()}),
         )),
-        Err(e) => {
+        Ok(Err(e)) => {
             tracing::warn!(error = %e, "not ready: the store does not answer");
+            Err(ApiError::store_unavailable())
+        }
+        Err(_) => {
+            tracing::warn!(
+                bound_ms = READY_BOUND.as_millis() as u64,
+                "not ready: the store did not answer in time"
+            );
             Err(ApiError::store_unavailable())
         }
     }

@@ -319,6 +319,15 @@ async fn runner(
     }
 }
 
+/// The longest a batch may take on its connection, from its `BEGIN` to its last answer. A
+/// database behind a network that stops answering (a blackhole, a half-open connection) would
+/// otherwise hold the batch's runner, and every caller queued behind it, for as long as the
+/// kernel keeps the connection. Past the bound the connection is dropped (never returned to
+/// the pool: it may sit in an open transaction) and each member still waiting is answered
+/// `Unavailable`, "may have been recorded", since its COMMIT may have been sent. The server
+/// side's own bound for each statement is `BATCH_STATEMENT_TIMEOUT`.
+pub(crate) const BATCH_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Runs one batch; returns the members to run again in the next one.
 async fn run(pool: &Pool, items: Vec<Item>, begin: &str) -> Vec<Item> {
     let client = match pool.get().await {
@@ -331,25 +340,38 @@ async fn run(pool: &Pool, items: Vec<Item>, begin: &str) -> Vec<Item> {
             return Vec::new();
         }
     };
-    if items.len() == 1 {
-        return alone(&client, items, begin).await;
+    match tokio::time::timeout(BATCH_BOUND, on(&client, items, begin)).await {
+        Ok(carry) => carry,
+        Err(_) => {
+            // The members still in the batch were dropped with it: their callers hear that
+            // the database did not answer (see `stopped`).
+            drop(deadpool_postgres::Object::take(client));
+            Vec::new()
+        }
     }
-    match once(&client, items, begin).await {
+}
+
+/// Runs one batch on its connection.
+async fn on(client: &deadpool_postgres::Client, items: Vec<Item>, begin: &str) -> Vec<Item> {
+    if items.len() == 1 {
+        return alone(client, items, begin).await;
+    }
+    match once(client, items, begin).await {
         Ok(carry) => carry,
         Err((failure @ (Failure::LostRace(_) | Failure::Refused(_)), items)) => {
-            rollback(&client).await;
+            rollback(client).await;
             // Run each member on its own, each with the single call's retry.
             let mut carry = Vec::new();
             for item in items {
                 if matches!(failure, Failure::LostRace(_)) {
                     retry_pause(1).await;
                 }
-                carry.extend(alone(&client, vec![item], begin).await);
+                carry.extend(alone(client, vec![item], begin).await);
             }
             carry
         }
         Err((Failure::Unavailable(e), items)) => {
-            rollback(&client).await;
+            rollback(client).await;
             for item in items {
                 item.fail(e.clone());
             }

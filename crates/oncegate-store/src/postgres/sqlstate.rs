@@ -12,12 +12,14 @@ use crate::error::StoreError;
 /// Maps a driver error to what the caller can act on, with a short cause of our own words.
 pub(super) fn pg_err(e: tokio_postgres::Error) -> StoreError {
     let Some(db) = e.as_db_error() else {
+        // The connection failed under a statement already sent: the database may have run it,
+        // a COMMIT included, and its answer is what was lost.
         let cause = if e.is_closed() {
             "the connection to the database closed"
         } else {
-            "the database cannot be reached"
+            "the connection to the database failed"
         };
-        return StoreError::unavailable(cause, e);
+        return StoreError::unanswered(cause, Some(e));
     };
     let code = db.code().clone();
     match class(&code) {
@@ -73,9 +75,16 @@ pub(super) fn pool_err(e: PoolError) -> StoreError {
         // Whatever refuses a new connection (the database refusing connections, a shutdown, a
         // wrong password) is about reaching the database, never about a statement: a retry can
         // succeed once it is back.
+        // Nothing was sent on a connection that was never made: nothing can be recorded.
         PoolError::Backend(e) => match pg_err(e) {
             StoreError::Internal { source, .. } => StoreError::Unavailable {
                 cause: "the database refused a new connection".to_owned(),
+                may_be_recorded: false,
+                source,
+            },
+            StoreError::Unavailable { cause, source, .. } => StoreError::Unavailable {
+                cause,
+                may_be_recorded: false,
                 source,
             },
             other => other,
@@ -135,8 +144,9 @@ mod tests {
     }
 
     #[test]
-    fn a_pool_timeout_is_unavailable() {
+    fn a_pool_timeout_is_unavailable_with_nothing_recorded() {
         let e = pool_err(PoolError::Timeout(deadpool_postgres::TimeoutType::Wait));
         assert!(e.is_unavailable(), "{e}");
+        assert!(!e.may_be_recorded(), "no connection, nothing sent");
     }
 }
