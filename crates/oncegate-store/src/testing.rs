@@ -45,6 +45,62 @@ pub fn pg_batch_plans() -> &'static str {
     crate::postgres::batch_plans()
 }
 
+/// Where a PostgreSQL store string connects: the first host, TCP or a Unix socket's file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PgEndpoint {
+    /// A host name or address and its port.
+    Tcp(String, u16),
+    /// The socket file (`<dir>/.s.PGSQL.<port>`).
+    Unix(std::path::PathBuf),
+}
+
+/// The endpoint `url` connects to first, for a test that puts something in between (a proxy).
+///
+/// ```
+/// use oncegate_store::testing::{pg_endpoint, PgEndpoint};
+///
+/// assert_eq!(
+///     pg_endpoint("postgres://postgres@127.0.0.1:5433/og"),
+///     PgEndpoint::Tcp("127.0.0.1".into(), 5433)
+/// );
+/// ```
+pub fn pg_endpoint(url: &str) -> PgEndpoint {
+    let config: tokio_postgres::Config = url.parse().expect("a PostgreSQL store string");
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => PgEndpoint::Tcp(h.clone(), port),
+        #[cfg(unix)]
+        Some(tokio_postgres::config::Host::Unix(dir)) => {
+            PgEndpoint::Unix(dir.join(format!(".s.PGSQL.{port}")))
+        }
+        None => PgEndpoint::Tcp("localhost".to_owned(), port),
+    }
+}
+
+/// The database `url` names, reached at `addr` instead, as a libpq `key=value` string (its
+/// user, password and database kept).
+///
+/// ```
+/// use oncegate_store::testing::pg_via;
+///
+/// let via = pg_via("postgres://postgres@127.0.0.1:5432/og", "127.0.0.1:6000".parse().unwrap());
+/// assert_eq!(via, "host=127.0.0.1 port=6000 dbname=og user=postgres");
+/// ```
+pub fn pg_via(url: &str, addr: std::net::SocketAddr) -> String {
+    let config: tokio_postgres::Config = url.parse().expect("a PostgreSQL store string");
+    let mut s = format!("host={} port={}", addr.ip(), addr.port());
+    if let Some(db) = config.get_dbname() {
+        s.push_str(&format!(" dbname={db}"));
+    }
+    if let Some(user) = config.get_user() {
+        s.push_str(&format!(" user={user}"));
+    }
+    if let Some(pw) = config.get_password() {
+        s.push_str(&format!(" password={}", String::from_utf8_lossy(pw)));
+    }
+    s
+}
+
 /// The URL of database `name` on the same server, with the same options, as `admin`.
 pub fn with_database(admin: &str, name: &str) -> String {
     let (base, query) = match admin.split_once('?') {

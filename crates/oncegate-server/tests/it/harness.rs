@@ -120,9 +120,19 @@ impl Service {
 
     pub async fn start_with(kind: Kind, tweak: impl FnOnce(&mut ServiceConfig)) -> Service {
         let backend = Backend::new(kind).await;
-        let store = oncegate_store::open(&backend.url)
+        let url = backend.url.clone();
+        Service::start_on(backend, &url, tweak).await
+    }
+
+    /// A service on `backend`'s database reached through `store` (a proxy in front of it, say).
+    pub async fn start_on(
+        backend: Backend,
+        store: &str,
+        tweak: impl FnOnce(&mut ServiceConfig),
+    ) -> Service {
+        let store = oncegate_store::open(store)
             .await
-            .unwrap_or_else(|e| panic!("opening {}: {e}", backend.url));
+            .unwrap_or_else(|e| panic!("opening {store}: {e}"));
         let contract = contract();
         let mut secrets = ProviderSecrets::default();
         secrets

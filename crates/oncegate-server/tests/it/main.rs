@@ -14,6 +14,7 @@ mod gateway;
 mod harness;
 mod layer;
 mod limits;
+mod network;
 mod openapi;
 mod operation_scope;
 mod operations;
