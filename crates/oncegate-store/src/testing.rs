@@ -9,6 +9,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use tempfile::TempDir;
 
+#[cfg(unix)]
+pub mod cluster;
+
 /// The admin URL test databases are created with unless `ONCEGATE_TEST_PG` says otherwise.
 pub const DEFAULT_PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 

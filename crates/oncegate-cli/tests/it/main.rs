@@ -2,6 +2,7 @@
 
 mod corpus;
 mod deploy;
+mod failover;
 mod forward;
 mod json;
 mod migrate;

@@ -8,9 +8,9 @@ use std::time::Duration;
 const CONTRACT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/oncegate.toml");
 const TOKENS: &str = "admin:*:admin-token-1;ingest:acme:ingest-token-1";
 
-struct Server {
-    child: Child,
-    base: String,
+pub(crate) struct Server {
+    pub(crate) child: Child,
+    pub(crate) base: String,
     /// Which store the start-up line says is in use.
     store: String,
 }
@@ -19,7 +19,7 @@ fn start(store: &str) -> Server {
     start_with(store, &[])
 }
 
-fn start_with(store: &str, extra: &[&str]) -> Server {
+pub(crate) fn start_with(store: &str, extra: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_oncegate"))
         .args([
             "serve",
@@ -132,7 +132,7 @@ async fn exercise(server: &Server) {
     assert_eq!(unsigned.status(), 401);
 }
 
-fn stop(mut server: Server) {
+pub(crate) fn stop(mut server: Server) {
     let status = Command::new("kill")
         .args(["-TERM", &server.child.id().to_string()])
         .status()
