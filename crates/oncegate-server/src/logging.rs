@@ -19,8 +19,12 @@ pub fn init_logging(json: bool) {
     // `no-color.org`: any non-empty NO_COLOR turns colour off even on a terminal.
     let colour = std::io::stdout().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    // A log line that cannot be written (a full disk under the log file) is dropped, never
+    // reported on stderr: stderr is often the same full file, and the report's `eprintln!`
+    // would panic the request that logged, closing its connection with no answer.
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stdout)
+        .log_internal_errors(false)
         .with_ansi(colour)
         .with_env_filter(filter)
         .with_target(false);

@@ -4,6 +4,7 @@ mod corpus;
 mod deploy;
 mod failover;
 mod forward;
+mod full_disk;
 mod json;
 mod migrate;
 mod operation_scope;
