@@ -54,6 +54,12 @@ struct SmallDisk {
 impl SmallDisk {
     fn mount(size: &str) -> SmallDisk {
         let dir = tempfile::tempdir().unwrap();
+        // Others may pass through (PostgreSQL runs as its own user).
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         let path = dir.path().join("disk");
         std::fs::create_dir(&path).unwrap();
         let out = Command::new("mount")
@@ -284,4 +290,154 @@ async fn a_full_disk_under_the_store_and_its_log_still_answers_every_delivery() 
     ) {
         full_disk(true).await;
     }
+}
+
+/// PostgreSQL's data directory on a small disk that fills. Run as root only: PostgreSQL runs as
+/// its own user, which a user namespace cannot map for a plain user; run otherwise, the test
+/// says so and checks nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_under_postgresql_loses_nothing_and_the_service_recovers() {
+    use oncegate_store::testing::cluster::Cluster;
+    if !is_root() {
+        eprintln!("skipped: PostgreSQL on a small disk needs root (mount, and the postgres user)");
+        return;
+    }
+    let disk = SmallDisk::mount("64m");
+    let mut cluster = Cluster::primary_at(
+        Some(&disk.path),
+        None,
+        "max_wal_size = '8MB'\nmin_wal_size = '4MB'\nrestart_after_crash = on",
+    )
+    .await;
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let log = Log::Pipe(Arc::default());
+    let mut c = Command::new(env!("CARGO_BIN_EXE_oncegate"));
+    c.args(["serve", "--contract", CONTRACT, "--log-json", "--store"])
+        .arg(cluster.url())
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("ONCEGATE_KEY_SALT", "full-disk-test-salt")
+        .env("ONCEGATE_TOKENS", format!("ingest:*:{TOKEN}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = c.spawn().expect("serve starts");
+    drop(log);
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    while http.get(format!("{base}/healthz")).send().await.is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "serve never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let mut answers: Vec<(String, u16, serde_json::Value)> = Vec::new();
+    let payments: Vec<String> = (0..40).map(|i| format!("pay_pgdisk_{i}")).collect();
+    for p in &payments[..3] {
+        let (status, body) = deliver(&http, &base, p).await;
+        assert_eq!(status, 200, "{p} before the disk fills: {body}");
+        answers.push((p.clone(), status, body));
+    }
+    let filler = disk.fill();
+    for p in &payments[3..] {
+        let (status, body) = deliver(&http, &base, p).await;
+        assert!(
+            status == 200 || status == 503,
+            "{p} on a full disk: {status} {body}"
+        );
+        answers.push((p.clone(), status, body));
+    }
+    let refused = answers.iter().filter(|(_, s, _)| *s == 503).count();
+    assert!(
+        refused > 0,
+        "the disk filled: some deliveries were answered 503"
+    );
+
+    std::fs::remove_file(&filler).unwrap();
+    let healed = Instant::now();
+    let restarted = cluster.restart_if_stopped().await;
+    for p in &payments[3..] {
+        if answers.iter().any(|(q, s, _)| q == p && *s == 200) {
+            continue;
+        }
+        loop {
+            let (status, body) = deliver(&http, &base, p).await;
+            answers.push((p.clone(), status, body));
+            if status == 200 {
+                break;
+            }
+            assert!(
+                healed.elapsed() < Duration::from_secs(60),
+                "{p}: no recovery 60 s after space returned"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    eprintln!(
+        "full disk (PostgreSQL): {refused} answered 503, all decided {:?} after space returned; PostgreSQL {}",
+        healed.elapsed(),
+        if restarted { "had stopped and was started again" } else { "kept running" }
+    );
+    assert!(child.try_wait().unwrap().is_none(), "serve kept running");
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let db = cluster.client().await;
+    db.batch_execute("CREATE EXTENSION IF NOT EXISTS amcheck")
+        .await
+        .expect("amcheck (PostgreSQL's contrib)");
+    let tables = db
+        .query(
+            "SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = 'public' AND c.relkind = 'r'",
+            &[],
+        )
+        .await
+        .unwrap();
+    for t in tables {
+        let table: String = t.get(0);
+        let damaged = db
+            .query(&format!("SELECT * FROM verify_heapam('{table}')"), &[])
+            .await
+            .unwrap();
+        assert!(
+            damaged.is_empty(),
+            "{table} is half written: {} rows",
+            damaged.len()
+        );
+    }
+    let indexes = db
+        .query(
+            "SELECT c.oid::regclass::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+             JOIN pg_am a ON a.oid = c.relam JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE a.amname = 'btree' AND n.nspname = 'public'",
+            &[],
+        )
+        .await
+        .unwrap();
+    for i in indexes {
+        let index: String = i.get(0);
+        db.query(&format!("SELECT bt_index_check('{index}', true)"), &[])
+            .await
+            .unwrap_or_else(|e| panic!("index {index} is damaged: {e}"));
+    }
+    for (p, status, body) in &answers {
+        if *status != 200 {
+            continue;
+        }
+        let id = body["delivery_id"].as_str().expect("a delivery id");
+        let proofs: i64 = db
+            .query_one("SELECT count(*) FROM proofs WHERE delivery_id = $1", &[&id])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(proofs, 1, "{p}: acknowledged delivery {id} is kept");
+    }
+    let effects: i64 = db
+        .query_one("SELECT count(*) FROM effects", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(effects as usize, payments.len(), "one effect per payment");
 }

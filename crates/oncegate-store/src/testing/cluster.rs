@@ -126,7 +126,27 @@ impl Cluster {
     /// A new primary. With `sync_standby`, a commit is acknowledged only once the standby of
     /// that name has it (`synchronous_standby_names`).
     pub async fn primary(sync_standby: Option<&str>) -> Cluster {
+        Cluster::primary_at(None, sync_standby, "").await
+    }
+
+    /// A new primary whose data directory is `data` (a small filesystem the test mounted, say),
+    /// with `settings` appended to its configuration. Its WAL comes in 1 MiB segments, so a
+    /// small disk holds it.
+    pub async fn primary_at(
+        data: Option<&Path>,
+        sync_standby: Option<&str>,
+        settings: &str,
+    ) -> Cluster {
         let (home, dir) = home();
+        let dir = match data {
+            Some(d) => {
+                if let Some((uid, gid)) = run_as() {
+                    std::os::unix::fs::chown(d, Some(uid), Some(gid)).expect("chown the data disk");
+                }
+                d.join("data")
+            }
+            None => dir,
+        };
         let mut initdb = command("initdb");
         initdb.arg("-D").arg(&dir).args([
             "-U",
@@ -136,6 +156,7 @@ impl Cluster {
             "-E",
             "UTF8",
             "--no-sync",
+            "--wal-segsize=1",
         ]);
         run(initdb, "initdb");
         let port = free_port();
@@ -144,7 +165,7 @@ impl Cluster {
             &format!(
                 "\nport = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{}'\n\
                  wal_level = replica\nmax_wal_senders = 5\nhot_standby = on\nfsync = on\n\
-                 synchronous_standby_names = '{}'\n",
+                 synchronous_standby_names = '{}'\n{settings}\n",
                 home.path().display(),
                 sync_standby.unwrap_or("")
             ),
@@ -216,12 +237,17 @@ impl Cluster {
     }
 
     async fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log())
+            .expect("the server's log file");
         let mut postgres = command("postgres");
         postgres
             .arg("-D")
             .arg(&self.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stdout(log.try_clone().expect("the log file"))
+            .stderr(log);
         self.postmaster = Some(postgres.spawn().expect("postgres starts"));
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -233,9 +259,9 @@ impl Cluster {
             }
             if let Some(Ok(Some(status))) = self.postmaster.as_mut().map(Child::try_wait) {
                 panic!(
-                    "postgres exited with {status} on port {} (its log is in {})",
+                    "postgres exited with {status} on port {}; its log:\n{}",
                     self.port,
-                    self.dir.display()
+                    std::fs::read_to_string(self.log()).unwrap_or_default()
                 );
             }
             assert!(
@@ -245,6 +271,11 @@ impl Cluster {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The server's log (outside its data directory, which may be on a full disk).
+    fn log(&self) -> PathBuf {
+        self._home.path().join("postgres.log")
     }
 
     /// An admin URL of the cluster's `postgres` database, on TCP.
@@ -263,6 +294,19 @@ impl Cluster {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Starts the server again if it stopped (a PANIC it could not recover from, say), as a
+    /// service manager would; returns whether it had stopped.
+    pub async fn restart_if_stopped(&mut self) -> bool {
+        let stopped = match self.postmaster.as_mut() {
+            None => true,
+            Some(child) => child.try_wait().expect("the postmaster's status").is_some(),
+        };
+        if stopped {
+            self.start().await;
+        }
+        stopped
     }
 
     /// Promotes a standby to primary and waits until it accepts writes.
