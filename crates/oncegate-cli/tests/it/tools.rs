@@ -276,6 +276,127 @@ fn demo_tells_the_story_and_ends_with_a_zero_gap() {
     );
 }
 
+/// What differs from one run of the demo to the next, masked: each id becomes its kind and the
+/// order of its first appearance (`<dlv 3>`), so a transcript that names another delivery or
+/// effect where it should name the same one still differs; times, the port, the temporary path
+/// and the reconciler's delay become placeholders.
+fn masked(transcript: &str) -> String {
+    let mut seen: Vec<String> = Vec::new();
+    let mut out = String::new();
+    let b = transcript.as_bytes();
+    let mut i = 0;
+    let at_word_start = |i: usize| i == 0 || !b[i - 1].is_ascii_alphanumeric();
+    'scan: while i < b.len() {
+        for kind in ["dlv_", "eff_", "q_"] {
+            let end = i + kind.len() + 26;
+            if at_word_start(i)
+                && transcript[i..].starts_with(kind)
+                && end <= b.len()
+                && b[i + kind.len()..end]
+                    .iter()
+                    .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase())
+            {
+                let id = &transcript[i..end];
+                let n = match seen.iter().position(|s| s == id) {
+                    Some(n) => n,
+                    None => {
+                        seen.push(id.to_owned());
+                        seen.len() - 1
+                    }
+                };
+                out.push_str(&format!("<{} {n}>", kind.trim_end_matches('_')));
+                i = end;
+                continue 'scan;
+            }
+        }
+        // 2026-11-30T06:35:12.144Z
+        if i + 20 <= b.len()
+            && b[i..i + 4].iter().all(u8::is_ascii_digit)
+            && b[i + 4] == b'-'
+            && b[i + 10] == b'T'
+        {
+            if let Some(z) = transcript[i..].find('Z') {
+                out.push_str("<time>");
+                i += z + 1;
+                continue;
+            }
+        }
+        let not_digit: fn(u8) -> bool = |c| !c.is_ascii_digit();
+        let paren: fn(u8) -> bool = |c| c == b')';
+        for (prefix, stop, placeholder) in [
+            ("127.0.0.1:", not_digit, "127.0.0.1:<port>"),
+            ("(/tmp/", paren, "(<temporary file>"),
+        ] {
+            if transcript[i..].starts_with(prefix) {
+                let rest = &b[i + prefix.len()..];
+                let len = rest.iter().position(|&c| stop(c)).unwrap_or(rest.len());
+                out.push_str(placeholder);
+                i += prefix.len() + len;
+                continue 'scan;
+            }
+        }
+        if b[i].is_ascii_digit() && at_word_start(i) {
+            let len = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+            if transcript[i + len..].starts_with(" ms after") {
+                out.push_str("<n>");
+                i += len;
+                continue;
+            }
+        }
+        let c = transcript[i..].chars().next().unwrap();
+        out.push(c);
+        i += c.len_utf8();
+    }
+    out
+}
+
+/// The README's demo transcript is one real run: it cannot drift from what `demo` prints.
+#[test]
+fn the_readmes_demo_transcript_is_what_demo_prints() {
+    let readme = include_str!("../../../../README.md");
+    let start = readme
+        .find("```text\noncegate demo:")
+        .expect("the README holds the demo's transcript");
+    let block = &readme[start + "```text\n".len()..];
+    let block = &block[..block.find("```").expect("the block ends")];
+    let out = oncegate(&["demo"], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed = text(&out.stdout);
+    let (expected, actual) = (masked(block), masked(&printed));
+    if expected != actual {
+        let line = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(expected.lines().count().min(actual.lines().count()));
+        panic!(
+            "the README's transcript differs from the demo's output at line {}:\n  README: {:?}\n  demo:   {:?}\nreplace the README's block with a fresh run of `oncegate demo`",
+            line + 1,
+            expected.lines().nth(line).unwrap_or("<end>"),
+            actual.lines().nth(line).unwrap_or("<end>"),
+        );
+    }
+}
+
+#[test]
+fn the_mask_keeps_which_id_is_which() {
+    let a = "dlv_01m8njm9bj5dpk2e29r0nd63hn then dlv_01m8njm9c0ahgzxaxqd6ss7bw0 then dlv_01m8njm9bj5dpk2e29r0nd63hn";
+    let b = "dlv_01m8xc8y9xcyqt7rmdtedcwcn5 then dlv_01m8xc8ya3g91g1ht658dmxqvf then dlv_01m8xc8y9xcyqt7rmdtedcwcn5";
+    let c = "dlv_01m8xc8y9xcyqt7rmdtedcwcn5 then dlv_01m8xc8ya3g91g1ht658dmxqvf then dlv_01m8xc8ya3g91g1ht658dmxqvf";
+    assert_eq!(masked(a), masked(b));
+    assert_ne!(
+        masked(a),
+        masked(c),
+        "another delivery where the same one was named"
+    );
+    assert_eq!(
+        masked(
+            "at 2026-11-30T06:35:12.15Z on http://127.0.0.1:34605 (/tmp/.tmpQ/demo.db) 5 ms after"
+        ),
+        "at <time> on http://127.0.0.1:<port> (<temporary file>) <n> ms after"
+    );
+}
+
 #[test]
 fn explain_and_report_read_the_store() {
     let dir = tempfile::tempdir().unwrap();
