@@ -3,7 +3,7 @@
 providers and event types of examples/oncegate.toml, deterministically from a seed.
 
 Nothing in the output is written by hand. Each line is one delivery in oncegate's corpus format
-(see the README, "Choose your keys from evidence"); `label.operation` names the real business
+(see docs/operations.md, "Choose your keys from evidence"); `label.operation` names the real business
 operation, so deliveries sharing a label are retries of one operation and different labels are
 distinct operations. The corpus deliberately holds what makes key choice hard:
 
