@@ -101,3 +101,98 @@ pub async fn the_document_describes_exactly_the_routes_served(kind: Kind) {
     assert!(probed >= 13, "only {probed} operations were probed");
     s.stop().await;
 }
+
+/// The error codes an answer's description names: the backticked words outside parentheses,
+/// before the first colon ("`not_found` (…), `not_decided` (…)"; "`forbidden`: … `admin`").
+fn codes_named(description: &str) -> Vec<String> {
+    let mut plain = String::new();
+    let mut depth = 0;
+    for c in description.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ':' if depth == 0 => break,
+            c if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    plain
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `docs/api.md` lists exactly the error codes the OpenAPI document says the service answers,
+/// each with its status, and every field of a report row.
+#[tokio::test]
+async fn the_api_reference_lists_every_error_code_and_report_field() {
+    let s = Service::start(Kind::Sqlite).await;
+    let doc = s.get("/v1/openapi.json", None).await;
+    let mut answered = std::collections::BTreeSet::new();
+    for ops in doc.body["paths"].as_object().unwrap().values() {
+        for op in ops.as_object().unwrap().values() {
+            for (status, response) in op["responses"].as_object().into_iter().flatten() {
+                if status.starts_with('4') || status.starts_with('5') {
+                    let description = response["description"].as_str().unwrap_or_default();
+                    for code in codes_named(description) {
+                        answered.insert((code, status.clone()));
+                    }
+                }
+            }
+        }
+    }
+    let reference = include_str!("../../../../docs/api.md");
+    let section = |title: &str| {
+        let start = reference
+            .find(title)
+            .unwrap_or_else(|| panic!("docs/api.md has a section {title}"));
+        let rest = &reference[start + title.len()..];
+        rest[..rest.find("\n## ").unwrap_or(rest.len())].to_owned()
+    };
+    let rows = |text: &str| -> Vec<Vec<String>> {
+        text.lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(|l| l.split('|').map(|c| c.trim().to_owned()).collect())
+            .collect()
+    };
+    let listed: std::collections::BTreeSet<(String, String)> = rows(&section("## Error codes"))
+        .into_iter()
+        .map(|r| (r[1].trim_matches('`').to_owned(), r[2].clone()))
+        .collect();
+    let missing: Vec<_> = answered.difference(&listed).collect();
+    let stale: Vec<_> = listed.difference(&answered).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "docs/api.md's error codes against the OpenAPI document: missing {missing:?}, never answered {stale:?}"
+    );
+
+    let fields: Vec<String> = doc.body["components"]["schemas"]["ReportRowBody"]["properties"]
+        .as_object()
+        .expect("the report row's schema")
+        .keys()
+        .cloned()
+        .collect();
+    let documented: Vec<String> = rows(&section("## The report's fields"))
+        .into_iter()
+        .flat_map(|r| {
+            r[1].split(", ")
+                .map(|f| f.trim_matches('`').to_owned())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for f in &fields {
+        assert!(
+            documented.contains(f),
+            "docs/api.md does not explain the report's `{f}`"
+        );
+    }
+    for f in &documented {
+        assert!(
+            fields.contains(f),
+            "docs/api.md explains `{f}`, which the report does not have"
+        );
+    }
+    s.stop().await;
+}
