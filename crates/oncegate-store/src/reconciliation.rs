@@ -228,12 +228,7 @@ pub(crate) async fn resolve_with_evidence<T: Tx + Send>(
     .await?;
     if resolution.outcome == ResolutionOutcome::Duplicate {
         if let Some(effect) = &item.existing_effect {
-            let result = serde_json::json!({
-                "verified_by": resolution.by,
-                "authoritative_ref": resolution.authoritative_ref,
-                "queue_item": id.as_str(),
-            })
-            .to_string();
+            let result = crate::settlement::verified_result(resolution, id);
             tx.exec(
                 "UPDATE effects SET state = 'completed', result = $2, \
                  authoritative_ref = COALESCE(authoritative_ref, $3), updated_at = $4 \

@@ -116,13 +116,7 @@ pub(crate) async fn settle<T: Tx + Send>(
         }
         ResolutionOutcome::Duplicate => {
             mark_resolved(tx, &item.id, r, Some(&effect.id)).await?;
-            // The same result shape as the reconciler's verification, whoever verified it.
-            let result = serde_json::json!({
-                "verified_by": r.by,
-                "authoritative_ref": r.authoritative_ref,
-                "queue_item": item.id.as_str(),
-            })
-            .to_string();
+            let result = verified_result(r, &item.id);
             complete_unknown(
                 tx,
                 &effect.id,
@@ -148,6 +142,22 @@ pub(crate) async fn settle<T: Tx + Send>(
             id: item.id.to_string(),
         })
         .map(Some)
+}
+
+/// The result an effect is completed with when a verdict, not its holder, says it happened:
+/// who verified it, on what reference, through which queue item. One shape whoever verified it
+/// (a person, the reconciler against an authority).
+///
+/// ```text
+/// {"verified_by":"sam@support","authoritative_ref":"re_1Fa2","queue_item":"q_…"}
+/// ```
+pub(crate) fn verified_result(resolution: &Resolution, item: &QueueItemId) -> String {
+    serde_json::json!({
+        "verified_by": resolution.by,
+        "authoritative_ref": resolution.authoritative_ref,
+        "queue_item": item.as_str(),
+    })
+    .to_string()
 }
 
 fn moved(effect: &EffectId) -> StoreError {

@@ -76,7 +76,8 @@ pub use metrics::Metrics;
 pub use outcome::{Held, Outcome, Proof, Rejected};
 pub use reception::{Body, Cut, Reception};
 pub use reconciler::{
-    reconcile_once, ItemReport, ReconcileError, ReconcilerSettings, RunReport, SweepReport,
+    reconcile_once, Evidence, ItemReport, ReconcileError, ReconcilerSettings, RunReport,
+    SweepReport,
 };
 pub use refusal::{Refusal, RefusalKind};
 pub use trust::TrustError;

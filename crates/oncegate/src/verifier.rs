@@ -7,9 +7,9 @@
 //! inconclusive: the item waits for a person, with the answer shown. The provider's authority
 //! is never asked this question (it knows what the provider did, not what the consumer did).
 
+use crate::reconciler::Evidence;
 use oncegate_core::contract::{SecretSource, Verifier};
 use oncegate_core::json::{self, Limits, Value};
-use serde_json::json;
 
 /// What the consumer said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +97,7 @@ pub(crate) async fn ask(
     http: &reqwest::Client,
     verifier: &Verifier,
     subject: &Subject<'_>,
-) -> (Answer, serde_json::Value) {
+) -> (Answer, Evidence) {
     let url = url(verifier, subject);
     let mut request = http.get(&url).header("accept", "application/json");
     if let (Some(header), Some(source)) = (&verifier.auth_header, &verifier.auth_secret) {
@@ -106,7 +106,11 @@ pub(crate) async fn ask(
             Err(why) => {
                 return (
                     Answer::Inconclusive { why: why.clone() },
-                    json!({"asked": url, "error": why}),
+                    Evidence {
+                        asked: Some(url),
+                        error: Some(why),
+                        ..Evidence::default()
+                    },
                 )
             }
         }
@@ -121,7 +125,10 @@ pub(crate) async fn ask(
             };
             (
                 Answer::Inconclusive { why: why.clone() },
-                json!({"error": why}),
+                Evidence {
+                    error: Some(why),
+                    ..Evidence::default()
+                },
             )
         }
         Ok(response) => {
@@ -130,17 +137,26 @@ pub(crate) async fn ask(
             let shown = String::from_utf8_lossy(&body[..body.len().min(2048)]).into_owned();
             (
                 read(status, &body),
-                json!({"status": status, "body": shown}),
+                Evidence {
+                    status: Some(status),
+                    body: Some(shown),
+                    ..Evidence::default()
+                },
             )
         }
     };
-    let mut evidence = evidence;
-    evidence["asked"] = json!(url);
-    evidence["verdict"] = json!(match &answer {
-        Answer::Applied { .. } => "applied",
-        Answer::NotApplied => "not_applied",
-        Answer::Inconclusive { .. } => "inconclusive",
-    });
+    let evidence = Evidence {
+        asked: Some(url),
+        verdict: Some(
+            match &answer {
+                Answer::Applied { .. } => "applied",
+                Answer::NotApplied => "not_applied",
+                Answer::Inconclusive { .. } => "inconclusive",
+            }
+            .to_owned(),
+        ),
+        ..evidence
+    };
     (answer, evidence)
 }
 

@@ -35,12 +35,14 @@ use oncegate_store::{
     EffectRecord, EffectState, MissingOperation, QueueItem, ReconcileAttempt, Resolution,
     ResolutionOutcome, ResourceScope, Store, StoreError,
 };
-use serde_json::json;
 use time::OffsetDateTime;
 
+mod evidence;
 mod metrics;
 mod sweep;
 mod unknown;
+
+pub use evidence::Evidence;
 
 pub(crate) use metrics::ReconcileMetrics;
 
@@ -240,9 +242,12 @@ fn local_effects(effects: &[EffectRecord]) -> Vec<LocalEffect> {
         .collect()
 }
 
-fn operations_json(ops: &[AuthorityOperation]) -> serde_json::Value {
+fn operations(ops: &[AuthorityOperation]) -> Vec<evidence::Operation> {
     ops.iter()
-        .map(|o| json!({"reference": o.reference, "discriminants": o.discriminants}))
+        .map(|o| evidence::Operation {
+            reference: o.reference.clone(),
+            discriminants: o.discriminants.clone(),
+        })
         .collect()
 }
 
@@ -293,7 +298,7 @@ impl Run<'_> {
         item: &QueueItem,
         outcome: &str,
         why: String,
-        evidence: Option<serde_json::Value>,
+        evidence: Option<Evidence>,
     ) -> Result<ItemReport, StoreError> {
         self.count(outcome);
         // Recorded every time, also when nothing changed: the attempt time is what sends the
@@ -304,7 +309,7 @@ impl Run<'_> {
                 ReconcileAttempt {
                     at: self.now,
                     error: why.clone(),
-                    evidence: evidence.map(|e| e.to_string()),
+                    evidence: evidence.map(|e| e.to_json()),
                 },
             )
             .await?;
@@ -429,21 +434,31 @@ impl Run<'_> {
             item.existing_effect.as_ref(),
             verifying,
         );
-        let mut evidence = json!({
+        let mut evidence = Evidence {
             // The clear URL would show a sensitive resource: the template stands in for it.
-            "asked": if sensitive { authority.url.clone() } else { answer.url.clone() },
-            "at": self.now.unix_timestamp(),
-            "operations": operations_json(&answer.operations),
-            "local_effects": effects.iter().map(|e| json!({
-                "effect": e.id.as_str(),
-                "authoritative_ref": e.authoritative_ref,
-                "state": e.state.as_str(),
-            })).collect::<Vec<_>>(),
-            "verifying": verifying.map(EffectId::as_str),
-        });
+            asked: Some(if sensitive {
+                authority.url.clone()
+            } else {
+                answer.url.clone()
+            }),
+            at: Some(self.now.unix_timestamp()),
+            operations: Some(operations(&answer.operations)),
+            local_effects: Some(
+                effects
+                    .iter()
+                    .map(|e| evidence::LocalEffect {
+                        effect: e.id.as_str().to_owned(),
+                        authoritative_ref: e.authoritative_ref.clone(),
+                        state: e.state.as_str().to_owned(),
+                    })
+                    .collect(),
+            ),
+            verifying: Some(verifying.map(|e| e.as_str().to_owned())),
+            ..Evidence::default()
+        };
         let (outcome, reference, note) = match &verdict {
             Verdict::Inconclusive { why } => {
-                evidence["verdict"] = json!("inconclusive");
+                evidence.verdict = Some("inconclusive".to_owned());
                 return self
                     .keep_open(item, "inconclusive", why.clone(), Some(evidence))
                     .await;
@@ -466,8 +481,8 @@ impl Run<'_> {
                 ),
             ),
         };
-        evidence["verdict"] = json!(outcome.as_str());
-        evidence["authoritative_ref"] = json!(reference);
+        evidence.verdict = Some(outcome.as_str().to_owned());
+        evidence.authoritative_ref = Some(reference.clone());
         let resolved = self
             .store
             .resolve_with_evidence(
@@ -479,7 +494,7 @@ impl Run<'_> {
                     by: RECONCILER.to_owned(),
                     at: self.now,
                 },
-                &evidence.to_string(),
+                &evidence.to_json(),
             )
             .await?;
         self.count(outcome.as_str());

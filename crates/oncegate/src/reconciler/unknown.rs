@@ -44,8 +44,8 @@ impl Run<'_> {
         };
         let (answer, mut evidence) =
             crate::verifier::ask(self.client.shared_http(), verifier, &subject).await;
-        evidence["at"] = json!(self.now.unix_timestamp());
-        evidence["effect"] = json!(effect_id.as_str());
+        evidence.at = Some(self.now.unix_timestamp());
+        evidence.effect = Some(effect_id.as_str().to_owned());
         let (verified, verdict, note) = match answer {
             crate::verifier::Answer::Inconclusive { why } => {
                 return self
@@ -76,7 +76,7 @@ impl Run<'_> {
                     by: VERIFIER.to_owned(),
                     at: self.now,
                 },
-                &evidence.to_string(),
+                &evidence.to_json(),
             )
             .await?;
         self.count(if verdict == "duplicate" {
