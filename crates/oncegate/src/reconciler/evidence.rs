@@ -8,7 +8,7 @@ use serde::Serialize;
 /// What one attempt asked and heard.
 ///
 /// ```
-/// use oncegate::reconciler::Evidence;
+/// use oncegate::Evidence;
 ///
 /// let evidence = Evidence {
 ///     asked: Some("https://api.payflow.example/v1/payments/{resource}/refunds".into()),
