@@ -13,4 +13,5 @@ mod safety;
 mod serve;
 mod service;
 mod shadow;
+mod toolchain;
 mod tools;
