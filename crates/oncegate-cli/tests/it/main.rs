@@ -2,7 +2,9 @@
 
 mod corpus;
 mod deploy;
+mod discovery;
 mod forward;
+mod help;
 mod json;
 mod migrate;
 mod operation_scope;
