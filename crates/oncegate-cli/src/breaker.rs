@@ -143,7 +143,6 @@ pub async fn close(store: &dyn Store, a: CloseArgs<'_>) -> Result<String> {
 #[derive(clap::Subcommand)]
 pub enum BreakerCommand {
     /// Every strategy's breaker: state, matches and collisions in the window, who closed it.
-    #[command(after_help = crate::exit::BREAKER_LIST)]
     List {
         /// How far back matches count.
         #[arg(long, value_parser = crate::duration, default_value = "24h")]

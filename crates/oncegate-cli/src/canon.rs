@@ -4,9 +4,10 @@ use anyhow::{Context, Result};
 use oncegate_core::canon::to_jcs;
 use oncegate_core::json::{parse, Limits};
 use std::io::{BufRead, Read, Write};
-use std::process::ExitCode;
 
-pub fn run(lines: bool) -> Result<ExitCode> {
+use crate::exit::Status;
+
+pub fn run(lines: bool) -> Result<Status> {
     let stdin = std::io::stdin();
     let mut out = crate::output::stdout();
     // A canon run is an offline tool: allow bodies far larger than a webhook limit.
@@ -24,7 +25,7 @@ pub fn run(lines: bool) -> Result<ExitCode> {
             parse(&body, &limits).map_err(|e| anyhow::anyhow!("stdin is not accepted: {e}"))?;
         out.write_all(to_jcs(&doc).as_bytes())?;
         out.write_all(b"\n")?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Status::Success);
     }
     let mut failed = 0usize;
     let mut input = stdin.lock();
@@ -57,7 +58,7 @@ pub fn run(lines: bool) -> Result<ExitCode> {
     out.flush()?;
     if failed > 0 {
         errln!("oncegate: {failed} of {number} lines were not accepted");
-        return Ok(ExitCode::FAILURE);
+        return Ok(Status::Found);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Status::Success)
 }

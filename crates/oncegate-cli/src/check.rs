@@ -6,7 +6,6 @@ use oncegate_core::contract::{Contract, EventTypeSource};
 use oncegate_core::strategy::Strategy;
 use serde::Serialize;
 use std::path::Path;
-use std::process::ExitCode;
 
 /// `check --json`: the contract as the checker read it.
 #[derive(Serialize)]
@@ -157,11 +156,12 @@ fn doc(path: &Path, contract: &Contract) -> CheckDoc {
     }
 }
 
-pub fn run(path: &Path, json: bool) -> Result<ExitCode> {
-    let contract = crate::contract::load(path)?;
+pub fn run(file: Option<&Path>, json: bool) -> Result<crate::exit::Status> {
+    let (path, contract) = crate::contract::find_and_load(file, "FILE")?;
+    let path = path.as_path();
     if json {
         crate::json::print(&doc(path, &contract))?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(crate::exit::Status::Success);
     }
     outln!("{}: valid", path.display())?;
     for provider in contract.providers.values() {
@@ -267,5 +267,5 @@ pub fn run(path: &Path, json: bool) -> Result<ExitCode> {
             }
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(crate::exit::Status::Success)
 }

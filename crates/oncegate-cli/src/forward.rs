@@ -93,7 +93,6 @@ pub async fn resend(store: &dyn Store, raw: &str) -> Result<String> {
 #[derive(clap::Subcommand)]
 pub enum ForwardCommand {
     /// Gateway mode's forwards, most recently changed first: `forward list --state dead` lists the dead letters.
-    #[command(after_help = crate::exit::FORWARD_LIST)]
     List {
         /// Only forwards in this state: pending, sending, delivered, dead, interrupted, superseded.
         #[arg(long)]
@@ -104,7 +103,6 @@ pub enum ForwardCommand {
         store: String,
     },
     /// Re-send a dead letter: a fresh attempt series under the effect's next fencing token.
-    #[command(after_help = crate::exit::FORWARD_RESEND)]
     Resend {
         /// The effect's id (`eff_…`), as `forward list` shows it.
         effect_id: String,

@@ -7,7 +7,6 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
-use std::process::ExitCode;
 
 /// Where the event read on stdin comes from, as the command line names it.
 pub struct Event<'a> {
@@ -66,7 +65,7 @@ struct KeySkipped<'a> {
     why: &'a str,
 }
 
-pub fn run(contract: &Path, event: Event<'_>, json: bool) -> Result<ExitCode> {
+pub fn run(contract: Option<&Path>, event: Event<'_>, json: bool) -> Result<crate::exit::Status> {
     let Event {
         tenant,
         provider,
@@ -74,7 +73,7 @@ pub fn run(contract: &Path, event: Event<'_>, json: bool) -> Result<ExitCode> {
         event_type,
         headers: raw_headers,
     } = event;
-    let contract = crate::contract::load(contract)?;
+    let contract = crate::contract::find(contract)?;
     let p = contract
         .provider(provider)
         .ok_or_else(|| anyhow!("provider {provider:?} is not in the contract"))?;
@@ -117,9 +116,9 @@ pub fn run(contract: &Path, event: Event<'_>, json: bool) -> Result<ExitCode> {
     let transport = identity::transport_key(origin, delivery_id, &body);
     let id = identity::identify(t, origin, &doc, &salt);
     let code = if id.effect.is_some() {
-        ExitCode::SUCCESS
+        crate::exit::Status::Success
     } else {
-        ExitCode::from(1)
+        crate::exit::Status::Found
     };
     if json {
         let k = id.effect.as_ref();

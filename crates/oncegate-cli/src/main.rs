@@ -32,7 +32,8 @@ mod salt;
 mod serve;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use exit::Status;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -57,12 +58,9 @@ fn duration(s: &str) -> Result<Duration, String> {
 enum Command {
     /// Serve the HTTP API (`/v1`, `/metrics`, `/healthz`, `/readyz`).
     Serve {
-        #[arg(
-            long,
-            env = "ONCEGATE_CONTRACT",
-            default_value = "examples/oncegate.toml"
-        )]
-        contract: PathBuf,
+        /// The contract (default: the file ONCEGATE_CONTRACT names, else ./oncegate.toml).
+        #[arg(long)]
+        contract: Option<PathBuf>,
         /// `postgres://…` or a SQLite path (default: the contract's `settings.store`, else `oncegate.db`).
         #[arg(long, env = "ONCEGATE_STORE")]
         store: Option<String>,
@@ -143,17 +141,14 @@ enum Command {
         lines: bool,
     },
     /// Validate a contract and print each event type's key hierarchy.
-    #[command(after_help = exit::CHECK)]
     Check {
-        /// The contract file.
-        #[arg(env = "ONCEGATE_CONTRACT", default_value = "examples/oncegate.toml")]
-        file: PathBuf,
+        /// The contract file (default: the file ONCEGATE_CONTRACT names, else ./oncegate.toml).
+        file: Option<PathBuf>,
         /// Print the providers, types and hierarchies as one JSON line.
         #[arg(long)]
         json: bool,
     },
     /// Compute the keys of one event read on stdin, as the service would.
-    #[command(after_help = exit::KEY)]
     Key {
         #[arg(long)]
         provider: String,
@@ -167,18 +162,14 @@ enum Command {
         /// A provider header, `name: value` (repeatable): delivery id, event type header.
         #[arg(long = "header", short = 'H')]
         headers: Vec<String>,
-        #[arg(
-            long,
-            env = "ONCEGATE_CONTRACT",
-            default_value = "examples/oncegate.toml"
-        )]
-        contract: PathBuf,
+        /// The contract (default: the file ONCEGATE_CONTRACT names, else ./oncegate.toml).
+        #[arg(long)]
+        contract: Option<PathBuf>,
         /// Print the keys as one JSON line.
         #[arg(long)]
         json: bool,
     },
     /// Explain one delivery: decision, reason, strategy and the ones skipped, key, links, effect, resolution.
-    #[command(after_help = exit::EXPLAIN)]
     Explain {
         delivery_id: String,
         #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
@@ -202,7 +193,6 @@ enum Command {
         command: corpus::CorpusCommand,
     },
     /// Received, applied, ignored, pending and the unexplained gap, per provider/env/type.
-    #[command(after_help = exit::REPORT)]
     Report {
         /// Only deliveries received at or after this RFC 3339 instant (default: 24 hours ago).
         #[arg(long)]
@@ -215,11 +205,16 @@ enum Command {
     },
 }
 
+/// The command line's definition, every command's `--help` with its exit statuses.
+fn command() -> clap::Command {
+    exit::document(Cli::command())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let outcome: Result<ExitCode> = match cli.command {
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
+    let outcome: Result<Status> = match cli.command {
         Command::Canon { lines } => canon::run(lines),
-        Command::Check { file, json } => check::run(&file, json),
+        Command::Check { file, json } => check::run(file.as_deref(), json),
         Command::Key {
             provider,
             event_type,
@@ -229,7 +224,7 @@ fn main() -> ExitCode {
             contract,
             json,
         } => key::run(
-            &contract,
+            contract.as_deref(),
             key::Event {
                 tenant: &tenant,
                 provider: &provider,
@@ -263,7 +258,7 @@ fn main() -> ExitCode {
             runtime()
                 .and_then(|rt| {
                     rt.block_on(serve::run(serve::Options {
-                        contract: &contract,
+                        contract: contract.as_deref(),
                         store: store.as_deref(),
                         listen: &listen,
                         lease,
@@ -280,7 +275,7 @@ fn main() -> ExitCode {
                         max_depth,
                     }))
                 })
-                .map(|()| ExitCode::SUCCESS)
+                .map(|()| Status::Success)
         }
         Command::Corpus { command } => corpus::run(command),
         Command::Migrate { contract, store } => contract::load(&contract).and_then(|contract| {
@@ -288,18 +283,18 @@ fn main() -> ExitCode {
             runtime()?.block_on(async {
                 let store = oncegate_store::open(&store).await?;
                 out!("{}", migrate::run(store.as_ref(), &contract, salt).await?)?;
-                Ok(ExitCode::SUCCESS)
+                Ok(Status::Success)
             })
         }),
-        Command::Queue { command } => queue::main(command).map(|()| ExitCode::SUCCESS),
-        Command::Breaker { command } => breaker::main(command).map(|()| ExitCode::SUCCESS),
-        Command::Forward { command } => forward::main(command).map(|()| ExitCode::SUCCESS),
-        Command::Purge(args) => purge::main(args).map(|()| ExitCode::SUCCESS),
-        Command::Replay(args) => replay::main(args).map(|()| ExitCode::SUCCESS),
-        Command::Reconcile(args) => reconcile::main(args).map(|()| ExitCode::SUCCESS),
+        Command::Queue { command } => queue::main(command).map(|()| Status::Success),
+        Command::Breaker { command } => breaker::main(command).map(|()| Status::Success),
+        Command::Forward { command } => forward::main(command).map(|()| Status::Success),
+        Command::Purge(args) => purge::main(args).map(|()| Status::Success),
+        Command::Replay(args) => replay::main(args).map(|()| Status::Success),
+        Command::Reconcile(args) => reconcile::main(args).map(|()| Status::Success),
         Command::Demo => runtime()
             .and_then(|rt| rt.block_on(demo::run()))
-            .map(|()| ExitCode::SUCCESS),
+            .map(|()| Status::Success),
         Command::Explain {
             delivery_id,
             store,
@@ -316,7 +311,7 @@ fn main() -> ExitCode {
                     Ok(())
                 })
             })
-            .map(|()| ExitCode::SUCCESS),
+            .map(|()| Status::Success),
         Command::Report { since, store, json } => runtime()
             .and_then(|rt| {
                 rt.block_on(async {
@@ -337,15 +332,15 @@ fn main() -> ExitCode {
                     Ok(())
                 })
             })
-            .map(|()| ExitCode::SUCCESS),
+            .map(|()| Status::Success),
     };
     match outcome {
-        Ok(code) => code,
+        Ok(status) => status.into(),
         // Its reader went away (`| head`): nothing is wrong to report, and nowhere to say it.
-        Err(e) if output::is_stdout_closed(&e) => ExitCode::from(output::CLOSED_PIPE_EXIT),
+        Err(e) if output::is_stdout_closed(&e) => Status::ClosedPipe.into(),
         Err(e) => {
             errln!("oncegate: {e:#}");
-            ExitCode::from(2)
+            Status::Error.into()
         }
     }
 }
@@ -355,4 +350,89 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("starting the async runtime")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every command of the tree, by its path below `oncegate` (`""` for the root).
+    fn walk(command: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
+        out.push((path.to_owned(), command.clone()));
+        for sub in command.get_subcommands() {
+            let sub_path = if path.is_empty() {
+                sub.get_name().to_owned()
+            } else {
+                format!("{path} {}", sub.get_name())
+            };
+            walk(sub, &sub_path, out);
+        }
+    }
+
+    fn commands() -> Vec<(String, clap::Command)> {
+        let mut all = Vec::new();
+        walk(&command(), "", &mut all);
+        all
+    }
+
+    #[test]
+    fn every_command_documents_its_exit_statuses_in_its_help() {
+        let all = commands();
+        assert!(all.len() > 20, "the walk found only {} commands", all.len());
+        let mut undocumented = Vec::new();
+        for (path, mut command) in all {
+            let help = command.render_long_help().to_string();
+            let documented = help.contains("Exit status:")
+                && help.contains("  0 ")
+                && help.contains("  2 ")
+                && help.contains("  141 ");
+            if !documented {
+                undocumented.push(format!("`oncegate {path}`"));
+            }
+        }
+        assert!(
+            undocumented.is_empty(),
+            "these commands' --help has no Exit status section (add them to exit::OWN): {undocumented:?}"
+        );
+    }
+
+    #[test]
+    fn every_documented_command_exists() {
+        let paths: Vec<String> = commands().into_iter().map(|(p, _)| p).collect();
+        for (path, _) in exit::OWN {
+            assert!(
+                paths.iter().any(|p| p == path),
+                "exit::OWN documents `oncegate {path}`, which is not a command"
+            );
+        }
+    }
+
+    #[test]
+    fn the_json_promise_is_made_where_there_is_a_json_flag() {
+        for (path, mut command) in commands() {
+            let has_json = command
+                .get_arguments()
+                .any(|a| a.get_long() == Some("json"));
+            let help = command.render_long_help().to_string();
+            assert_eq!(
+                help.contains("With --json, stdout holds one JSON document"),
+                has_json,
+                "`oncegate {path}`"
+            );
+        }
+    }
+
+    #[test]
+    fn the_statuses_are_the_documented_numbers() {
+        let codes: Vec<u8> = [
+            Status::Success,
+            Status::Found,
+            Status::Error,
+            Status::ClosedPipe,
+        ]
+        .iter()
+        .map(|s| s.code())
+        .collect();
+        assert_eq!(codes, [0, 1, 2, 141]);
+    }
 }

@@ -5,16 +5,10 @@
 //! `println!` panics when stdout is a closed pipe, because Rust ignores SIGPIPE; resetting the
 //! signal would need `unsafe` (forbidden in the workspace), so commands print through [`out!`]
 //! and [`outln!`], which return the error for `?`, and `main` turns a closed stdout into a
-//! quiet exit (see [`CLOSED_PIPE_EXIT`]).
+//! quiet exit (`exit::Status::ClosedPipe`).
 
 use std::fmt;
 use std::io::{self, Write};
-
-/// The exit status of a command whose standard output was closed before it finished: 141,
-/// what a shell reports for a program ended by SIGPIPE. A truncated listing is not a complete
-/// one, so a script running with `set -o pipefail` must see it, as it would for any other
-/// program in the pipe; and without `pipefail` (the usual `| head`) nobody sees it at all.
-pub const CLOSED_PIPE_EXIT: u8 = 141;
 
 /// Standard output went away: its reader closed the pipe.
 #[derive(Debug)]

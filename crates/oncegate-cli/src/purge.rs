@@ -88,7 +88,6 @@ pub async fn run(store: &dyn Store, contract: &Contract, dry_run: bool) -> Resul
 
 /// `oncegate purge` arguments.
 #[derive(clap::Args)]
-#[command(after_help = crate::exit::PURGE)]
 pub struct PurgeArgs {
     /// Count what would be removed, remove nothing.
     #[arg(long)]
@@ -99,17 +98,14 @@ pub struct PurgeArgs {
     /// `postgres://…` or a SQLite path (default: the contract's `settings.store`, else `oncegate.db`).
     #[arg(long, env = "ONCEGATE_STORE")]
     store: Option<String>,
-    /// The contract whose retention settings apply.
-    #[arg(
-        long,
-        env = "ONCEGATE_CONTRACT",
-        default_value = "examples/oncegate.toml"
-    )]
-    contract: std::path::PathBuf,
+    /// The contract whose retention settings apply
+    /// (default: the file ONCEGATE_CONTRACT names, else ./oncegate.toml).
+    #[arg(long)]
+    contract: Option<std::path::PathBuf>,
 }
 
 pub fn main(args: PurgeArgs) -> Result<()> {
-    let contract = crate::contract::load(&args.contract)?;
+    let contract = crate::contract::find(args.contract.as_deref())?;
     crate::runtime()?.block_on(async {
         let url = crate::serve::store_url(args.store.as_deref(), Some(&contract));
         let store = oncegate_store::open(&url).await?;

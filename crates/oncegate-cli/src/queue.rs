@@ -454,7 +454,6 @@ pub async fn resolve(store: &dyn Store, a: ResolveArgs<'_>) -> Result<String> {
 pub enum QueueCommand {
     /// Queue items, oldest first, a page at a time: quarantined collisions and deliveries to
     /// reconcile, with counts per kind and status.
-    #[command(after_help = crate::exit::QUEUE_LIST)]
     List {
         /// `quarantine`, `reconcile` or `all`.
         #[arg(long)]
@@ -488,7 +487,6 @@ pub enum QueueCommand {
         json: bool,
     },
     /// One item (by queue item id or delivery id): the delivery, its reference, the differences and payloads side by side, the existing result.
-    #[command(after_help = crate::exit::QUEUE_SHOW)]
     Show {
         /// A queue item id (`q_…`) or a delivery id (`dlv_…`).
         id: String,

@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 /// `oncegate reconcile` arguments.
 #[derive(clap::Args)]
-#[command(after_help = crate::exit::RECONCILE)]
 pub struct ReconcileArgs {
     /// Run one pass and exit (the continuous worker runs inside `oncegate serve`).
     #[arg(long)]
@@ -20,13 +19,10 @@ pub struct ReconcileArgs {
     /// `postgres://…` or a SQLite path (default: the contract's `settings.store`, else `oncegate.db`).
     #[arg(long, env = "ONCEGATE_STORE")]
     store: Option<String>,
-    /// The contract whose authorities are asked.
-    #[arg(
-        long,
-        env = "ONCEGATE_CONTRACT",
-        default_value = "examples/oncegate.toml"
-    )]
-    contract: std::path::PathBuf,
+    /// The contract whose authorities are asked
+    /// (default: the file ONCEGATE_CONTRACT names, else ./oncegate.toml).
+    #[arg(long)]
+    contract: Option<std::path::PathBuf>,
     /// An extra CA certificate file (PEM) every authority's HTTPS connection trusts.
     #[arg(long, env = "ONCEGATE_CA_FILE")]
     ca_file: Option<std::path::PathBuf>,
@@ -45,7 +41,7 @@ pub fn main(args: ReconcileArgs) -> Result<()> {
     if !args.once {
         bail!("only `oncegate reconcile --once` exists: the continuous reconciler runs inside `oncegate serve`");
     }
-    let contract = Arc::new(crate::contract::load(&args.contract)?);
+    let contract = Arc::new(crate::contract::find(args.contract.as_deref())?);
     check_authorities(&contract, args.ca_file.as_deref())?;
     // Sensitive discriminants are compared as keyed hashes, so the authority's values must be
     // hashed under the service's salt to match.

@@ -52,17 +52,14 @@ pub struct ReplayArgs {
     delivery_id: String,
     #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
     store: String,
-    /// The contract holding the strategy version the proof names.
-    #[arg(
-        long,
-        env = "ONCEGATE_CONTRACT",
-        default_value = "examples/oncegate.toml"
-    )]
-    contract: std::path::PathBuf,
+    /// The contract holding the strategy version the proof names
+    /// (default: the file ONCEGATE_CONTRACT names, else ./oncegate.toml).
+    #[arg(long)]
+    contract: Option<std::path::PathBuf>,
 }
 
 pub fn main(args: ReplayArgs) -> Result<()> {
-    let contract = crate::contract::load(&args.contract)?;
+    let contract = crate::contract::find(args.contract.as_deref())?;
     let Some(salt) = crate::salt::read()? else {
         anyhow::bail!("set ONCEGATE_KEY_SALT (or ONCEGATE_KEY_SALT_FILE) to the salt the service uses: the key is recomputed under it");
     };

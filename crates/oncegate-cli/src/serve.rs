@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub struct Options<'a> {
-    pub contract: &'a Path,
+    /// `--contract`; `None` looks for it as every command does.
+    pub contract: Option<&'a Path>,
     pub store: Option<&'a str>,
     pub listen: &'a str,
     pub lease: Option<Duration>,
@@ -72,7 +73,7 @@ pub async fn run(o: Options<'_>) -> Result<()> {
             bail!("{flag} must be above zero");
         }
     }
-    let mut contract = crate::contract::load(o.contract)?;
+    let mut contract = crate::contract::find(o.contract)?;
     if let Some(bytes) = o.max_body_bytes {
         if bytes == 0 {
             bail!("--max-body-bytes must be above zero");

@@ -12,12 +12,17 @@ use tempfile::TempDir;
 #[cfg(unix)]
 pub mod cluster;
 
-/// The admin URL test databases are created with unless `ONCEGATE_TEST_PG` says otherwise.
-pub const DEFAULT_PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-
-/// The admin URL in force: `ONCEGATE_TEST_PG`, else [`DEFAULT_PG_ADMIN`].
+/// The admin URL test databases are created with: `ONCEGATE_TEST_PG`, which `scripts/test`
+/// sets to a throwaway cluster of its own (`scripts/with-test-pg`). There is no default: a
+/// test never reaches whatever server happens to listen on the machine.
 pub fn pg_admin_url() -> String {
-    std::env::var("ONCEGATE_TEST_PG").unwrap_or_else(|_| DEFAULT_PG_ADMIN.to_owned())
+    std::env::var("ONCEGATE_TEST_PG").unwrap_or_else(|_| {
+        panic!(
+            "ONCEGATE_TEST_PG is not set: these tests need a PostgreSQL admin URL. Run them \
+             through scripts/test, or scripts/with-test-pg COMMAND (a throwaway cluster of \
+             their own), or set ONCEGATE_TEST_PG=postgres://user@host:port/postgres"
+        )
+    })
 }
 
 /// A plain client on `url`, for set-up statements. Panics with what to do when PostgreSQL is

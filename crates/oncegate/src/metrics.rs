@@ -131,6 +131,7 @@ pub struct Metrics {
     queue_depth: Family<KindLabels, Gauge>,
     queue_oldest: Family<KindLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     effects: Family<StateLabels, Gauge>,
+    unexplained_gap: Gauge,
     store_up: Gauge,
     breaker_open: Family<StrategyLabels, Gauge>,
     latency: Histogram,
@@ -228,6 +229,12 @@ impl Metrics {
             "Effects by outcome (best effort, from the report over all stored deliveries)",
             effects.clone(),
         );
+        let unexplained_gap = Gauge::default();
+        registry.register(
+            "unexplained_gap",
+            "Deliveries received without a documented decision: the report's unexplained gap over all stored deliveries (0 when every delivery is explained; read with the effects gauges)",
+            unexplained_gap.clone(),
+        );
         let store_up = Gauge::default();
         registry.register(
             "store_up",
@@ -266,6 +273,7 @@ impl Metrics {
             queue_depth,
             queue_oldest,
             effects,
+            unexplained_gap,
             store_up,
             breaker_open,
             latency,
@@ -428,6 +436,7 @@ impl Metrics {
                 .await
             {
                 let t = report.total;
+                self.unexplained_gap.set(t.unexplained_gap);
                 for (state, n) in [
                     ("completed", t.effects_completed),
                     ("failed", t.effects_failed),

@@ -147,13 +147,10 @@ pub enum CorpusCommand {
     Export {
         #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
         store: String,
-        /// The contract naming the sensitive fields to mask.
-        #[arg(
-            long,
-            env = "ONCEGATE_CONTRACT",
-            default_value = "examples/oncegate.toml"
-        )]
-        contract: std::path::PathBuf,
+        /// The contract naming the sensitive fields to mask
+        /// (default: the file ONCEGATE_CONTRACT names, else ./oncegate.toml).
+        #[arg(long)]
+        contract: Option<std::path::PathBuf>,
         /// Only deliveries settled by a queue resolution and their reference deliveries:
         /// labeled regression cases.
         #[arg(long)]
@@ -186,7 +183,7 @@ pub enum CorpusCommand {
     },
 }
 
-pub fn run(command: CorpusCommand) -> Result<std::process::ExitCode> {
+pub fn run(command: CorpusCommand) -> Result<crate::exit::Status> {
     match command {
         CorpusCommand::Analyze {
             file,
@@ -207,7 +204,7 @@ pub fn run(command: CorpusCommand) -> Result<std::process::ExitCode> {
                 },
             )?;
             out!("{out}")?;
-            Ok(std::process::ExitCode::SUCCESS)
+            Ok(crate::exit::Status::Success)
         }
         CorpusCommand::Export {
             store,
@@ -216,7 +213,7 @@ pub fn run(command: CorpusCommand) -> Result<std::process::ExitCode> {
             since,
             out,
         } => {
-            let contract = crate::contract::load(&contract)?;
+            let contract = crate::contract::find(contract.as_deref())?;
             let since = export::since(since.as_deref())?;
             let salt = crate::salt::read()?;
             let exported = crate::runtime()?.block_on(async {
@@ -249,7 +246,7 @@ pub fn run(command: CorpusCommand) -> Result<std::process::ExitCode> {
                     String::new()
                 }
             );
-            Ok(std::process::ExitCode::SUCCESS)
+            Ok(crate::exit::Status::Success)
         }
         CorpusCommand::Replay {
             file,
@@ -287,9 +284,9 @@ pub fn run(command: CorpusCommand) -> Result<std::process::ExitCode> {
             let lost = replays[0].total.false_positives;
             if fail_on_loss && lost > 0 {
                 errln!("oncegate: {lost} false positive(s): this contract would silently drop distinct operations");
-                return Ok(std::process::ExitCode::from(1));
+                return Ok(crate::exit::Status::Found);
             }
-            Ok(std::process::ExitCode::SUCCESS)
+            Ok(crate::exit::Status::Success)
         }
     }
 }

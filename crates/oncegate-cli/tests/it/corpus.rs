@@ -65,7 +65,7 @@ fn path_of<'v>(t: &'v Value, path: &str) -> &'v Value {
 fn the_sample_corpus_is_what_the_script_generates() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("sample.jsonl");
-    let status = Command::new("python3")
+    let status = crate::programs::program("python3", "python3", "to run scripts/gen-corpus.py")
         .arg(root().join("scripts/gen-corpus.py"))
         .arg("--out")
         .arg(&out)

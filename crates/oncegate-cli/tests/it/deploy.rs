@@ -58,12 +58,16 @@ fn systemd_analyze_verifies_the_unit() {
         );
     let path = dir.path().join("oncegate.service");
     std::fs::write(&path, text).unwrap();
-    let out = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(&path)
-        .current_dir(dir.path())
-        .output()
-        .expect("systemd-analyze runs (Debian's systemd package)");
+    let out = crate::programs::program(
+        "systemd-analyze",
+        "systemd",
+        "to verify the deployment guide's unit",
+    )
+    .arg("verify")
+    .arg(&path)
+    .current_dir(dir.path())
+    .output()
+    .expect("systemd-analyze runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     // It reports unknown keys and bad values as warnings and still exits 0.

@@ -2,17 +2,22 @@
 
 mod corpus;
 mod deploy;
+mod discovery;
 mod failover;
 mod forward;
 mod full_disk;
+mod help;
 mod json;
 mod migrate;
 mod operation_scope;
 mod pipes;
+mod programs;
 mod queue;
 mod reconcile;
 mod safety;
 mod serve;
 mod service;
 mod shadow;
+mod signal;
+mod toolchain;
 mod tools;

@@ -165,11 +165,7 @@ fn serve_logs_to_a_pipe_carry_no_colour_escapes() {
     let mut answer = String::new();
     let _ = stream.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    crate::signal::terminate(&child);
     let mut rest = String::new();
     stdout.read_to_string(&mut rest).unwrap();
     logged.push_str(&rest);

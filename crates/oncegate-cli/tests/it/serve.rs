@@ -133,11 +133,7 @@ async fn exercise(server: &Server) {
 }
 
 pub(crate) fn stop(mut server: Server) {
-    let status = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    crate::signal::terminate(&server.child);
     for _ in 0..100 {
         if let Some(exit) = server.child.try_wait().unwrap() {
             assert!(exit.success(), "serve exits cleanly on SIGTERM: {exit}");

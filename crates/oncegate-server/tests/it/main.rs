@@ -14,6 +14,7 @@ mod gateway;
 mod harness;
 mod layer;
 mod limits;
+mod monitoring;
 mod network;
 mod openapi;
 mod operation_scope;
@@ -51,6 +52,7 @@ macro_rules! both_backends {
 both_backends!(
     gateway::a_forwarded_delivery_is_answered_without_a_token_and_its_dead_letter_resent,
     operations::health_metrics_and_unknown_routes,
+    monitoring::alerts_and_dashboard_name_exported_metrics,
     openapi::the_document_describes_exactly_the_routes_served,
     operations::report_gap_is_zero_after_a_mixed_run,
     operations::proofs_show_why_and_guard_the_payload,

@@ -58,6 +58,7 @@ pub async fn health_metrics_and_unknown_routes(kind: Kind) {
         "oncegate_decision_latency_seconds_bucket",
         "oncegate_effects{state=\"completed\"}",
         "oncegate_store_up 1",
+        "oncegate_unexplained_gap 0",
     ] {
         assert!(text.contains(needle), "metrics lack {needle:?}:\n{text}");
     }

@@ -20,7 +20,14 @@ const FIXTURE: &str = "crates/oncegate-server/tests/fixtures/signatures.json";
 
 #[test]
 fn the_signature_vectors_are_what_the_script_generates() {
-    let out = Command::new("python3")
+    let python = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join("python3"))
+        .find(|candidate| candidate.is_file())
+        .expect(
+            "python3 is not on PATH; it runs scripts/gen-signature-vectors.py. Install Debian's \
+             python3 (as root: apt-get install -y python3; scripts/test does it)",
+        );
+    let out = Command::new(python)
         .arg(root().join("scripts/gen-signature-vectors.py"))
         .args(["--out", "-"])
         .output()
