@@ -8,7 +8,10 @@
 //! request cannot be replayed days later. A replay inside the tolerance is not refused here: it
 //! is a transport duplicate, recognized by the store and answered `ignore`.
 
+mod adyen;
 mod format;
+
+pub use adyen::sign_adyen_item;
 
 use axum::http::HeaderMap;
 use base64::Engine;
@@ -75,6 +78,9 @@ pub(crate) fn verify(
 ) -> Result<(), SignatureError> {
     if secrets.is_empty() {
         return Err(SignatureError::NotConfigured);
+    }
+    if *scheme == Scheme::Adyen {
+        return adyen::verify(secrets, body);
     }
     let signed = format::read(scheme, headers)?;
     // Stopping at the first secret that verifies tells the timing which secret signed, never a
