@@ -23,6 +23,8 @@ pub const REPORT: &str =
     statuses!("0    the report was printed, whatever its unexplained gap (read `unexplained_gap`)");
 pub const CHECK: &str =
     statuses!("0    the contract is valid (an invalid one is status 2, each error named)");
+pub const INIT: &str =
+    statuses!("0    the contract was written (or, with --list, the catalog listed)");
 pub const KEY: &str = statuses!(
     "0    an effect key was made",
     "1    no strategy applies to the event: it has no effect key"
