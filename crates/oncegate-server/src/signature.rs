@@ -212,6 +212,16 @@ mod tests {
         assert_eq!(verify(&hm(false), &key(b"k"), &h, body, now()), Ok(()));
     }
 
+    /// A scheme, its secret, the signature headers, the signed body and the instant it is
+    /// checked at.
+    type Vector = (
+        Scheme,
+        &'static str,
+        Vec<(&'static str, String)>,
+        Vec<u8>,
+        i64,
+    );
+
     /// The providers' own published vectors (their SDK tests' header, secret and body, the
     /// body from the shared corpus): each verifies under its preset, and one changed byte of
     /// the body is a mismatch (answered 401 `bad_signature`).
@@ -225,7 +235,7 @@ mod tests {
         assert_eq!(paddle_body.pop(), Some(b'\n'));
         let razorpay_body = read("razorpay/payment-authorized-signed.json");
         let square_body = read("square/webhooks-test-notification-signed.json");
-        let vectors: Vec<(Scheme, &str, Vec<(&'static str, String)>, Vec<u8>, i64)> = vec![
+        let vectors: Vec<Vector> = vec![
             (
                 Scheme::Paddle { tolerance: std::time::Duration::from_secs(5) },
                 "pdl_ntfset_01hs0t3tw21j988db1pam5xg8m_GrOWLNef+vmtjJYq4mSnHNzvc8uWoJ1I",
