@@ -270,12 +270,74 @@ def hmac_sha256(v):
     v.add("hmac-sha256/base64, malformed", "hmac-sha256", {"x-ledger-signature": "%%%"}, "malformed", fields=b64)
 
 
+SQUARE_URL = "https://example.com/webhooks/square"
+
+
+def square(v):
+    """Square signs the registered notification URL followed by the body (base64)."""
+    fields = {"url": SQUARE_URL}
+
+    def sign(secret, body):
+        return {"x-square-hmacsha256-signature": b64_mac(secret.encode("utf-8"), SQUARE_URL + body)}
+
+    v.add("square/valid", "square", sign(SECRET, BODY), "ok", fields=fields)
+    v.add("square/wrong secret", "square", sign(WRONG, BODY), "mismatch", fields=fields)
+    v.add("square/tampered body", "square", sign(SECRET, BODY), "mismatch", body=TAMPERED, fields=fields)
+    v.add("square/another notification URL", "square",
+          {"x-square-hmacsha256-signature": b64_mac(SECRET.encode("utf-8"), SQUARE_URL + "/other" + BODY)},
+          "mismatch", fields=fields)
+    v.add("square/body alone, without the URL", "square",
+          {"x-square-hmacsha256-signature": b64_mac(SECRET.encode("utf-8"), BODY)}, "mismatch", fields=fields)
+    v.add("square/rotated: signed with the second of two secrets", "square", sign(SECOND, BODY), "ok",
+          secrets=[SECRET, SECOND], fields=fields)
+    v.add("square/no headers", "square", {}, "missing", fields=fields)
+    good = sign(SECRET, BODY)["x-square-hmacsha256-signature"]
+    v.add("square/malformed: not base64", "square", {"x-square-hmacsha256-signature": "***" + good[3:]},
+          "malformed", fields=fields)
+
+
+ADYEN_KEY = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
+ADYEN_SECOND = "00112233445566778899AABBCCDDEEFF00112233445566778899AABBCCDDEEFF"
+
+
+def adyen_item(psp, value, key=None, signature=None):
+    item = {"pspReference": psp, "originalReference": "ORIG_PSP", "merchantAccountCode": "Acme",
+            "merchantReference": "ref-1", "amount": {"value": value, "currency": "EUR"},
+            "eventCode": "REFUND", "success": "true", "additionalData": {}}
+    if key is not None:
+        text = ":".join([psp, "ORIG_PSP", "Acme", "ref-1", str(value), "EUR", "REFUND", "true"])
+        item["additionalData"]["hmacSignature"] = b64_mac(bytes.fromhex(key), text)
+    if signature is not None:
+        item["additionalData"]["hmacSignature"] = signature
+    return {"NotificationRequestItem": item}
+
+
+def adyen_body(*items):
+    return json.dumps({"live": "false", "notificationItems": list(items)}, separators=(",", ":"))
+
+
+def adyen(v):
+    """Adyen signs each item of the body (no header) with the hex-decoded key."""
+    good = adyen_body(adyen_item("PSP1", 1500, ADYEN_KEY), adyen_item("PSP2", 1500, ADYEN_KEY))
+    v.add("adyen/valid: every item signed", "adyen", {}, "ok", body=good, secrets=[ADYEN_KEY])
+    v.add("adyen/wrong key", "adyen", {}, "mismatch", body=good, secrets=[ADYEN_SECOND])
+    v.add("adyen/tampered amount", "adyen", {}, "mismatch",
+          body=good.replace('"value":1500', '"value":9500', 1), secrets=[ADYEN_KEY])
+    v.add("adyen/rotated: signed with the second of two keys", "adyen", {}, "ok",
+          body=adyen_body(adyen_item("PSP1", 1500, ADYEN_SECOND)), secrets=[ADYEN_KEY, ADYEN_SECOND])
+    v.add("adyen/an unsigned item beside a signed one", "adyen", {}, "missing",
+          body=adyen_body(adyen_item("PSP1", 1500, ADYEN_KEY), adyen_item("PSP2", 1500)), secrets=[ADYEN_KEY])
+    v.add("adyen/malformed: a signature that is not base64", "adyen", {}, "malformed",
+          body=adyen_body(adyen_item("PSP1", 1500, signature="***")), secrets=[ADYEN_KEY])
+    v.add("adyen/malformed: not a notification batch", "adyen", {}, "malformed", body=BODY, secrets=[ADYEN_KEY])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="crates/oncegate-server/tests/fixtures/signatures.json")
     args = parser.parse_args()
     v = Vectors()
-    for scheme in [stripe, paddle, slack, github, shopify, standard_webhooks, hmac_sha256]:
+    for scheme in [stripe, paddle, slack, github, shopify, square, adyen, standard_webhooks, hmac_sha256]:
         scheme(v)
     names = [item["name"] for item in v.items]
     assert len(names) == len(set(names)), "vector names are unique"

@@ -29,6 +29,8 @@ struct ProviderDoc {
 #[derive(Serialize)]
 struct TypeDoc {
     name: String,
+    /// The contract's reason for the type's resource and discriminants (empty when none).
+    why: String,
     criticality: String,
     operation: String,
     resource: Option<String>,
@@ -65,6 +67,10 @@ struct StrategyDoc {
     fields: Vec<FieldDoc>,
     horizon_seconds: u64,
     scope: String,
+    /// Values of its fields that identify nothing (test tools' reused ids).
+    placeholders: Vec<String>,
+    /// The contract's reason for the strategy (empty when it gives none).
+    why: String,
 }
 
 #[derive(Serialize)]
@@ -88,12 +94,14 @@ fn doc(path: &Path, contract: &Contract) -> CheckDoc {
             .fields
             .iter()
             .map(|f| FieldDoc {
-                pointer: f.pointer.as_str().to_owned(),
+                pointer: f.source.label(),
                 normalize: f.normalize.iter().map(|n| n.as_str().to_owned()).collect(),
             })
             .collect(),
         horizon_seconds: s.horizon.as_secs(),
         scope: s.scope.as_str().to_owned(),
+        placeholders: s.placeholders.clone(),
+        why: s.why.clone(),
     };
     CheckDoc {
         file: path.display().to_string(),
@@ -113,6 +121,7 @@ fn doc(path: &Path, contract: &Contract) -> CheckDoc {
                     .values()
                     .map(|t| TypeDoc {
                         name: t.name.clone(),
+                        why: t.why.clone(),
                         criticality: t.criticality.as_str().to_owned(),
                         operation: t.operation.to_string(),
                         resource: t.resource.as_ref().map(ToString::to_string),
@@ -236,11 +245,11 @@ pub fn run(file: Option<&Path>, json: bool) -> Result<crate::exit::Status> {
                         .iter()
                         .map(|f| {
                             if f.normalize.is_empty() {
-                                f.pointer.as_str().to_owned()
+                                f.source.label()
                             } else {
                                 let ops: Vec<&str> =
                                     f.normalize.iter().map(|n| n.as_str()).collect();
-                                format!("{} [{}]", f.pointer, ops.join(", "))
+                                format!("{} [{}]", f.source.label(), ops.join(", "))
                             }
                         })
                         .collect::<Vec<_>>()
@@ -258,6 +267,21 @@ pub fn run(file: Option<&Path>, json: bool) -> Result<crate::exit::Status> {
             }
             for line in table.to_string().lines() {
                 outln!("    {line}")?;
+            }
+            if !t.why.is_empty() {
+                outln!("    why: {}", t.why)?;
+            }
+            for s in t.strategies.iter().chain(&t.shadow) {
+                if !s.why.is_empty() {
+                    outln!("    why {}: {}", s.label(), s.why)?;
+                }
+                if !s.placeholders.is_empty() {
+                    outln!(
+                        "    placeholders {}: {} (not ids: the next strategy applies)",
+                        s.label(),
+                        s.placeholders.join(", ")
+                    )?;
+                }
             }
             for v in &t.volatile {
                 outln!("    volatile {}: {}", v.pointer, v.why)?;

@@ -64,6 +64,10 @@ pub const OWN: &[(&str, &[&str])] = &[
     ),
     ("check", &["0    the contract is valid (an invalid one is status 2, each error named)"]),
     (
+        "init",
+        &["0    the contract was written (or, with --list, the catalog listed); an existing file without --force: status 2"],
+    ),
+    (
         "key",
         &[
             "0    an effect key was made",

@@ -93,16 +93,6 @@ pub fn run(contract: Option<&Path>, event: Event<'_>, json: bool) -> Result<crat
         max_depth: contract.settings.max_depth,
     };
     let doc = parse(&body, &limits).map_err(|e| anyhow!("the event is not accepted: {e}"))?;
-    let type_name = match event_type {
-        Some(t) => t.to_owned(),
-        None => event_type_of(p, &headers, &doc).map_err(|e| anyhow!("{e}; pass --type"))?,
-    };
-    let t = p.types.get(&type_name).ok_or_else(|| anyhow!("type {type_name:?} of provider {provider:?} is not in the contract: the service would answer `reconcile`"))?;
-    let salt = match crate::salt::read()? {
-        Some(s) => s,
-        None if t.sensitive.is_empty() => Vec::new(),
-        None => bail!("type {type_name:?} declares sensitive fields: set ONCEGATE_KEY_SALT or ONCEGATE_KEY_SALT_FILE to the service's salt"),
-    };
     let origin = Origin {
         tenant,
         provider,
@@ -113,106 +103,203 @@ pub fn run(contract: Option<&Path>, event: Event<'_>, json: bool) -> Result<crat
         .as_ref()
         .and_then(|h| headers.iter().find(|(k, _)| k == h))
         .map(|(_, v)| v.as_str());
-    let transport = identity::transport_key(origin, delivery_id, &body);
-    let id = identity::identify(t, origin, &doc, &salt);
-    let code = if id.effect.is_some() {
+    let Some(batch) = &p.batch else {
+        let transport = identity::transport_key(origin, delivery_id, &body);
+        let item = Item {
+            p,
+            origin,
+            headers: &headers,
+            event_type,
+            transport: &transport,
+        };
+        let (keyed, printed) = item.keys(&doc, json)?;
+        if json {
+            outln!("{printed}")?;
+        }
+        return Ok(if keyed {
+            crate::exit::Status::Success
+        } else {
+            crate::exit::Status::Found
+        });
+    };
+    // A batch: every item is its own delivery, keyed on its own (its transport key is its
+    // own canonical bytes' hash, as the service journals it).
+    let items = batch
+        .items_of(&doc)
+        .map_err(|e| anyhow!("the event is not accepted as a batch: {e}"))?;
+    if !json {
+        outln!(
+            "batch:      {} items at {}; the service answers {:?}",
+            items.len(),
+            batch.items,
+            batch.reply
+        )?;
+    }
+    let mut all_keyed = true;
+    let mut printed = Vec::new();
+    for (i, doc) in items.iter().enumerate() {
+        if !json {
+            outln!("item {i}:")?;
+        }
+        let bytes = oncegate_core::canon::to_key_form(doc).into_bytes();
+        let transport = identity::transport_key(origin, delivery_id, &bytes);
+        let item = Item {
+            p,
+            origin,
+            headers: &headers,
+            event_type,
+            transport: &transport,
+        };
+        let (keyed, one) = item.keys(doc, json)?;
+        all_keyed &= keyed;
+        printed.push(one);
+    }
+    if json {
+        // The items' documents keep their members' order (`serde_json::Value` would sort them).
+        outln!(
+            "{{\"reply\":{},\"items\":[{}]}}",
+            serde_json::to_string(&batch.reply)?,
+            printed.join(",")
+        )?;
+    }
+    Ok(if all_keyed {
         crate::exit::Status::Success
     } else {
         crate::exit::Status::Found
-    };
-    if json {
-        let k = id.effect.as_ref();
-        crate::json::print(&KeyDoc {
+    })
+}
+
+/// One document to key (a whole delivery, or one item of a batch).
+struct Item<'a> {
+    p: &'a oncegate_core::contract::Provider,
+    origin: Origin<'a>,
+    headers: &'a [(String, String)],
+    event_type: Option<&'a str>,
+    transport: &'a identity::TransportKey,
+}
+
+impl Item<'_> {
+    /// Computes the document's keys; prints them unless `json`, in which case the `--json`
+    /// document is returned, one compact line. `true` when a strategy made the effect key.
+    fn keys(&self, doc: &oncegate_core::json::Value, json: bool) -> Result<(bool, String)> {
+        let Item {
+            p,
+            origin,
+            headers,
+            event_type,
+            transport,
+        } = *self;
+        let Origin {
             tenant,
             provider,
             env,
-            event_type: &type_name,
-            criticality: t.criticality.as_str(),
-            transport_key: &transport.key,
-            transport_strength: if transport.strong { "strong" } else { "weak" },
-            transport_source: &transport.source,
-            effect_key: k.map(|k| k.key.as_str()),
-            strategy: k.map(|k| KeyStrategy {
-                name: &k.strategy,
-                version: k.version,
-                level: k.level.to_string(),
-                confidence: k.confidence.as_str(),
-            }),
-            scope: k.map(|k| k.scope.as_str()),
-            fields: k
-                .map(|k| {
-                    k.fields
-                        .iter()
-                        .map(|f| KeyField {
-                            pointer: &f.pointer,
-                            shown: &f.shown,
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
-            skipped_strategies: id
-                .skipped
-                .iter()
-                .map(|s| KeySkipped {
-                    strategy: &s.strategy,
-                    level: s.level.to_string(),
-                    why: &s.why,
-                })
-                .collect(),
-            discriminants: id
-                .discriminants
-                .iter()
-                .map(|(f, v)| (f.as_str(), v.as_deref()))
-                .collect(),
-            notes: &id.notes,
-        })?;
-        return Ok(code);
-    }
-    outln!(
-        "provider:   {provider}  env: {env}  tenant: {tenant}  type: {type_name} ({})",
-        t.criticality.as_str()
-    )?;
-    outln!(
-        "transport:  {} ({}, {})",
-        transport.key,
-        if transport.strong { "strong" } else { "weak" },
-        transport.source
-    )?;
-    for s in &id.skipped {
-        outln!("skipped:    {} ({}): {}", s.strategy, s.level, s.why)?;
-    }
-    match &id.effect {
-        Some(k) => {
-            outln!(
-                "strategy:   {}@{} level {} confidence {}",
-                k.strategy,
-                k.version,
-                k.level,
-                k.confidence.as_str()
-            )?;
-            outln!("scope:      {}", k.scope)?;
-            outln!("key:        {}", k.key)?;
-            for f in &k.fields {
-                let at = if f.pointer.is_empty() {
-                    "(canonical body)"
-                } else {
-                    f.pointer.as_str()
-                };
-                outln!("field:      {at} = {}", f.shown)?;
+        } = origin;
+        let type_name = match event_type {
+            Some(t) => t.to_owned(),
+            None => event_type_of(p, headers, doc).map_err(|e| anyhow!("{e}; pass --type"))?,
+        };
+        let t = p.types.get(&type_name).ok_or_else(|| anyhow!("type {type_name:?} of provider {provider:?} is not in the contract: the service would answer `reconcile`"))?;
+        let salt = match crate::salt::read()? {
+            Some(s) => s,
+            None if t.sensitive.is_empty() => Vec::new(),
+            None => bail!("type {type_name:?} declares sensitive fields: set ONCEGATE_KEY_SALT or ONCEGATE_KEY_SALT_FILE to the service's salt"),
+        };
+        let id = identity::identify(t, origin, doc, headers, &salt);
+        let keyed = id.effect.is_some();
+        if json {
+            let k = id.effect.as_ref();
+            let printed = serde_json::to_string(&KeyDoc {
+                tenant,
+                provider,
+                env,
+                event_type: &type_name,
+                criticality: t.criticality.as_str(),
+                transport_key: &transport.key,
+                transport_strength: if transport.strong { "strong" } else { "weak" },
+                transport_source: &transport.source,
+                effect_key: k.map(|k| k.key.as_str()),
+                strategy: k.map(|k| KeyStrategy {
+                    name: &k.strategy,
+                    version: k.version,
+                    level: k.level.to_string(),
+                    confidence: k.confidence.as_str(),
+                }),
+                scope: k.map(|k| k.scope.as_str()),
+                fields: k
+                    .map(|k| {
+                        k.fields
+                            .iter()
+                            .map(|f| KeyField {
+                                pointer: &f.pointer,
+                                shown: &f.shown,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                skipped_strategies: id
+                    .skipped
+                    .iter()
+                    .map(|s| KeySkipped {
+                        strategy: &s.strategy,
+                        level: s.level.to_string(),
+                        why: &s.why,
+                    })
+                    .collect(),
+                discriminants: id
+                    .discriminants
+                    .iter()
+                    .map(|(f, v)| (f.as_str(), v.as_deref()))
+                    .collect(),
+                notes: &id.notes,
+            })?;
+            return Ok((keyed, printed));
+        }
+        outln!(
+            "provider:   {provider}  env: {env}  tenant: {tenant}  type: {type_name} ({})",
+            t.criticality.as_str()
+        )?;
+        outln!(
+            "transport:  {} ({}, {})",
+            transport.key,
+            if transport.strong { "strong" } else { "weak" },
+            transport.source
+        )?;
+        for s in &id.skipped {
+            outln!("skipped:    {} ({}): {}", s.strategy, s.level, s.why)?;
+        }
+        match &id.effect {
+            Some(k) => {
+                outln!(
+                    "strategy:   {}@{} level {} confidence {}",
+                    k.strategy,
+                    k.version,
+                    k.level,
+                    k.confidence.as_str()
+                )?;
+                outln!("scope:      {}", k.scope)?;
+                outln!("key:        {}", k.key)?;
+                for f in &k.fields {
+                    let at = if f.pointer.is_empty() {
+                        "(canonical body)"
+                    } else {
+                        f.pointer.as_str()
+                    };
+                    outln!("field:      {at} = {}", f.shown)?;
+                }
+            }
+            None => {
+                outln!("key:        none: no strategy applies; the service would answer `reconcile` on a critical type")?;
             }
         }
-        None => {
-            outln!("key:        none: no strategy applies; the service would answer `reconcile` on a critical type")?;
+        for (field, value) in &id.discriminants {
+            outln!(
+                "discriminant: {field} = {}",
+                value.as_deref().unwrap_or("(absent)")
+            )?;
         }
+        for n in &id.notes {
+            outln!("note:       {n}")?;
+        }
+        Ok((keyed, String::new()))
     }
-    for (field, value) in &id.discriminants {
-        outln!(
-            "discriminant: {field} = {}",
-            value.as_deref().unwrap_or("(absent)")
-        )?;
-    }
-    for n in &id.notes {
-        outln!("note:       {n}")?;
-    }
-    Ok(code)
 }

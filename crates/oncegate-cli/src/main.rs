@@ -20,6 +20,7 @@ mod corpus;
 mod demo;
 mod explain;
 mod forward;
+mod init;
 mod json;
 mod key;
 mod migrate;
@@ -140,6 +141,21 @@ enum Command {
         #[arg(long)]
         lines: bool,
     },
+    /// Write a starting contract for a provider from the catalog (stripe, shopify, paddle, adyen, square, mollie, razorpay, slack, github).
+    Init {
+        /// The provider (`--list` lists the catalog).
+        #[arg(required_unless_present = "list")]
+        provider: Option<String>,
+        /// Where to write it (default: `<provider>.toml` in the current directory).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Overwrite an existing file.
+        #[arg(long)]
+        force: bool,
+        /// List the providers of the catalog.
+        #[arg(long, conflicts_with_all = ["out", "force"])]
+        list: bool,
+    },
     /// Validate a contract and print each event type's key hierarchy.
     Check {
         /// The contract file (default: the file ONCEGATE_CONTRACT names, else ./oncegate.toml).
@@ -215,6 +231,15 @@ fn main() -> ExitCode {
     let outcome: Result<Status> = match cli.command {
         Command::Canon { lines } => canon::run(lines),
         Command::Check { file, json } => check::run(file.as_deref(), json),
+        Command::Init {
+            provider,
+            out,
+            force,
+            list,
+        } => match provider {
+            Some(p) if !list => init::run(&p, out.as_deref(), force),
+            _ => init::list(),
+        },
         Command::Key {
             provider,
             event_type,

@@ -73,7 +73,9 @@ async fn one(
         provider: &s.provider,
         env: &s.env,
     };
-    let identity = identify(t, origin, &doc, salt);
+    // Only the payload is retained with an effect's first delivery, not its headers: a
+    // strategy keyed on a header makes no key here, and the old key stays indexed instead.
+    let identity = identify(t, origin, &doc, &[], salt);
     let Some(key) = identity.effect else {
         let skipped: Vec<String> = identity
             .skipped

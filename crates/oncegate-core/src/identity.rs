@@ -11,7 +11,7 @@ use crate::contract::{EventType, EventTypeSource, Provider};
 use crate::json::Value;
 use crate::matrix::{Confidence, Difference, Keyed, Prior, Situation, TransportMatch};
 use crate::pointer::Pointer;
-use crate::strategy::{Level, ScopeKind, Strategy};
+use crate::strategy::{Level, ScopeKind, Source, Strategy};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use std::time::Duration;
@@ -282,7 +282,8 @@ fn meaningful(v: Option<&Value>) -> Result<&Value, &'static str> {
 
 /// Computes the effect identity of a parsed delivery of a known type: the type's
 /// normalizations, then its key hierarchy in order, the first strategy whose fields are all
-/// present making the key. `salt` keys the HMAC of sensitive fields.
+/// present making the key. `headers` are the request's (name, value) pairs, read by strategy
+/// fields written `header:<name>`; `salt` keys the HMAC of sensitive fields.
 ///
 /// ```
 /// use oncegate_core::contract::parse;
@@ -318,7 +319,7 @@ fn meaningful(v: Option<&Value>) -> Result<&Value, &'static str> {
 /// // No request reference: the hierarchy falls to the fingerprint, and says why.
 /// let first = identify(refund, origin, &read(
 ///     r#"{"type":"refund.created","sent_at":"10:00","data":{"payment_id":"pay_1","amount":1500}}"#,
-/// ), b"salt");
+/// ), &[], b"salt");
 /// let key = first.effect.as_ref().unwrap();
 /// assert_eq!((key.strategy.as_str(), key.level), ("refund-fingerprint", Level::Fingerprint));
 /// assert_eq!(key.scope, "acme/payflow/live/type:refund.created/pay_1");
@@ -328,11 +329,17 @@ fn meaningful(v: Option<&Value>) -> Result<&Value, &'static str> {
 /// // A retry differs only in a volatile field: the same key.
 /// let retry = identify(refund, origin, &read(
 ///     r#"{"type":"refund.created","sent_at":"10:05","data":{"payment_id":"pay_1","amount":1500}}"#,
-/// ), b"salt");
+/// ), &[], b"salt");
 /// assert_eq!(retry.effect.unwrap().key, key.key);
 /// ```
-pub fn identify(t: &EventType, origin: Origin<'_>, doc: &Value, salt: &[u8]) -> Identity {
-    identify_with(t, &t.strategies, origin, doc, salt)
+pub fn identify(
+    t: &EventType,
+    origin: Origin<'_>,
+    doc: &Value,
+    headers: &[(String, String)],
+    salt: &[u8],
+) -> Identity {
+    identify_with(t, &t.strategies, origin, doc, headers, salt)
 }
 
 /// The identity each of the type's shadow strategies would give the delivery, each on its own
@@ -341,6 +348,7 @@ pub fn shadow_identities<'t>(
     t: &'t EventType,
     origin: Origin<'_>,
     doc: &Value,
+    headers: &[(String, String)],
     salt: &[u8],
 ) -> Vec<(&'t Strategy, Identity)> {
     t.shadow
@@ -348,7 +356,7 @@ pub fn shadow_identities<'t>(
         .map(|s| {
             (
                 s,
-                identify_with(t, std::slice::from_ref(s), origin, doc, salt),
+                identify_with(t, std::slice::from_ref(s), origin, doc, headers, salt),
             )
         })
         .collect()
@@ -359,6 +367,7 @@ fn identify_with(
     strategies: &[Strategy],
     origin: Origin<'_>,
     doc: &Value,
+    headers: &[(String, String)],
     salt: &[u8],
 ) -> Identity {
     let (doc, notes) = normalized(t, doc);
@@ -393,7 +402,16 @@ fn identify_with(
     for s in strategies {
         let made = match &resource {
             Err(why) => Err(why.clone()),
-            Ok(resource) => strategy_key(t, s, origin, &doc, resource.as_deref(), salt, &notes),
+            Ok(resource) => {
+                let read = Read {
+                    doc: &doc,
+                    headers,
+                    resource: resource.as_deref(),
+                    salt,
+                    notes: &notes,
+                };
+                strategy_key(t, s, origin, &read)
+            }
         };
         match made {
             Ok(key) => {
@@ -416,15 +434,37 @@ fn identify_with(
     }
 }
 
+/// What a strategy reads its fields from.
+struct Read<'a> {
+    doc: &'a Value,
+    headers: &'a [(String, String)],
+    resource: Option<&'a str>,
+    salt: &'a [u8],
+    notes: &'a [String],
+}
+
+/// The value a header field holds: the first header of that name (regardless of case),
+/// trimmed, as a string.
+fn header_value(headers: &[(String, String)], name: &str) -> Option<Value> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| Value::String(v.trim().to_owned()))
+}
+
 fn strategy_key(
     t: &EventType,
     s: &Strategy,
     origin: Origin<'_>,
-    doc: &Value,
-    resource: Option<&str>,
-    salt: &[u8],
-    notes: &[String],
+    read: &Read<'_>,
 ) -> Result<EffectKey, String> {
+    let Read {
+        doc,
+        headers,
+        resource,
+        salt,
+        notes,
+    } = *read;
     let mut parts: Vec<Value> = Vec::new();
     let mut used = Vec::new();
     let show = |p: &Pointer, form: &str| {
@@ -451,7 +491,11 @@ fn strategy_key(
         let roots: Vec<Pointer> = if s.fields.is_empty() {
             vec![Pointer::parse("").expect("the root pointer parses")]
         } else {
-            s.fields.iter().map(|f| f.pointer.clone()).collect()
+            // The contract refuses a header field in a fingerprint.
+            s.fields
+                .iter()
+                .filter_map(|f| f.source.pointer().cloned())
+                .collect()
         };
         for p in &roots {
             let v = meaningful(p.get(&masked)).map_err(|what| format!("field {p} is {what}"))?;
@@ -464,23 +508,41 @@ fn strategy_key(
         }
     } else {
         for f in &s.fields {
-            let p = &f.pointer;
-            let v = meaningful(p.get(doc)).map_err(|what| format!("field {p} is {what}"))?;
-            let mut v = v.clone();
+            let label = f.source.label();
+            let mut v = match &f.source {
+                Source::Body(p) => meaningful(p.get(doc))
+                    .map_err(|what| format!("field {p} is {what}"))?
+                    .clone(),
+                Source::Header(name) => {
+                    let v = header_value(headers, name);
+                    meaningful(v.as_ref()).map_err(|what| format!("header {name} is {what}"))?;
+                    v.expect("a meaningful value is present")
+                }
+            };
             for op in &f.normalize {
                 op.apply(&mut v)
-                    .map_err(|e| format!("field {p} could not be normalized: {e}"))?;
+                    .map_err(|e| format!("field {label} could not be normalized: {e}"))?;
             }
-            let form = if t.is_sensitive(p) {
+            if let Some(text) = v.as_str().filter(|x| s.placeholders.iter().any(|p| p == x)) {
+                return Err(format!(
+                    "field {label} holds {text:?}, a placeholder the provider's test tools reuse, not an id"
+                ));
+            }
+            let sensitive = f.source.pointer().is_some_and(|p| t.is_sensitive(p));
+            let form = if sensitive {
                 mask(salt, &to_key_form(&v))
             } else {
                 to_key_form(&v)
             };
+            let shown = match f.source.pointer() {
+                Some(p) => show(p, &form),
+                None => form.clone(),
+            };
             used.push(UsedField {
-                pointer: p.as_str().to_owned(),
-                shown: show(p, &form),
+                pointer: label.clone(),
+                shown,
             });
-            parts.push(strings(&[p.as_str(), &form]));
+            parts.push(strings(&[&label, &form]));
         }
     }
     let scope_name = match s.scope {

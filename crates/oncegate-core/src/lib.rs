@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod batch;
 pub mod canon;
 pub mod contract;
 pub mod corpus;

@@ -481,7 +481,7 @@ mod tests {
             provider: "payflow",
             env: "live",
         };
-        let id = crate::identity::identify(t, origin, &delivery, b"salt");
+        let id = crate::identity::identify(t, origin, &delivery, &[], b"salt");
         let wanted: BTreeMap<String, String> = id
             .discriminants
             .into_iter()

@@ -1,7 +1,7 @@
 //! Strategies: how one provider + event type makes its effect key, and the normalizations that
 //! make two spellings of the same value agree.
 
-use crate::json::Value;
+use crate::json::{Number, Value};
 use crate::matrix::Confidence;
 use crate::pointer::Pointer;
 use std::fmt;
@@ -74,24 +74,33 @@ pub enum Normalization {
     Uppercase,
     /// An RFC 3339 date-time rewritten in UTC (`2024-05-01T12:00:00Z`).
     Utc,
+    /// A decimal string read as the number it spells (`"10.00"` → `10.00`), so that the key
+    /// form, which writes a number by its exact decimal value, makes `"10.00"`, `"10.0"` and
+    /// `10` one amount. Providers that send money as decimal strings in major units (Shopify,
+    /// Mollie) or as strings of minor units (Paddle) need it wherever an amount is compared.
+    /// A number is left as it is; a string that is not a plain JSON number (`"1,000"`,
+    /// `"+5"`, `"€10"`) is an error, never a guess.
+    Decimal,
 }
 
 impl Normalization {
     /// Every normalization a contract may name.
-    pub const ALL: [Normalization; 4] = [
+    pub const ALL: [Normalization; 5] = [
         Normalization::Trim,
         Normalization::Lowercase,
         Normalization::Uppercase,
         Normalization::Utc,
+        Normalization::Decimal,
     ];
 
-    /// The contract's spelling: `trim`, `lowercase`, `uppercase` or `utc`.
+    /// The contract's spelling: `trim`, `lowercase`, `uppercase`, `utc` or `decimal`.
     pub fn as_str(self) -> &'static str {
         match self {
             Normalization::Trim => "trim",
             Normalization::Lowercase => "lowercase",
             Normalization::Uppercase => "uppercase",
             Normalization::Utc => "utc",
+            Normalization::Decimal => "decimal",
         }
     }
 
@@ -115,8 +124,19 @@ impl Normalization {
     /// let mut not_a_date = Value::String("yesterday".into());
     /// assert!(Normalization::Utc.apply(&mut not_a_date).unwrap_err().contains("not an RFC 3339"));
     /// assert_eq!(not_a_date.as_str(), Some("yesterday")); // left as sent
+    ///
+    /// // Decimal strings become numbers: "10.00" and "10.0" are one amount in a key.
+    /// let (mut a, mut b) = (Value::String("10.00".into()), Value::String("10.0".into()));
+    /// Normalization::Decimal.apply(&mut a).unwrap();
+    /// Normalization::Decimal.apply(&mut b).unwrap();
+    /// assert_eq!(oncegate_core::canon::to_key_form(&a), oncegate_core::canon::to_key_form(&b));
+    /// let mut words = Value::String("ten".into());
+    /// assert!(Normalization::Decimal.apply(&mut words).unwrap_err().contains("not a decimal"));
     /// ```
     pub fn apply(self, value: &mut Value) -> Result<(), String> {
+        if self == Normalization::Decimal {
+            return decimal(value);
+        }
         let Value::String(s) = value else {
             return Err(format!(
                 "{} applies to strings, found a {}",
@@ -133,6 +153,7 @@ impl Normalization {
             }
             Normalization::Lowercase => *s = s.to_lowercase(),
             Normalization::Uppercase => *s = s.to_uppercase(),
+            Normalization::Decimal => unreachable!("handled above"),
             Normalization::Utc => {
                 let parsed = OffsetDateTime::parse(s, &Rfc3339)
                     .map_err(|e| format!("{s:?} is not an RFC 3339 date-time ({e})"))?;
@@ -143,6 +164,27 @@ impl Normalization {
             }
         }
         Ok(())
+    }
+}
+
+/// The `decimal` normalization: a string spelling a plain JSON number becomes that number
+/// (surrounding whitespace allowed); a number stays; anything else is an error.
+fn decimal(value: &mut Value) -> Result<(), String> {
+    match value {
+        Value::Number(_) => Ok(()),
+        Value::String(s) => match Number::from_literal(s.trim()) {
+            Some(n) => {
+                *value = Value::Number(n);
+                Ok(())
+            }
+            None => Err(format!(
+                "{s:?} is not a decimal number (digits, an optional sign `-`, an optional fraction)"
+            )),
+        },
+        other => Err(format!(
+            "decimal applies to strings and numbers, found a {}",
+            other.kind_name()
+        )),
     }
 }
 
@@ -166,12 +208,51 @@ impl ScopeKind {
     }
 }
 
+/// Where a key field's value is read.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// A place in the body, read after the type's own normalizations.
+    Body(Pointer),
+    /// A request header (`header:X-Shopify-Webhook-Id` in the contract), matched regardless of
+    /// case, its value trimmed. Some providers put an event's identity only there: Shopify's
+    /// webhook id is in `X-Shopify-Webhook-Id`, not in the body. The name is stored
+    /// lower-case.
+    Header(String),
+}
+
+impl Source {
+    /// The prefix that makes a strategy field a header: `header:<name>`.
+    pub const HEADER_PREFIX: &'static str = "header:";
+
+    /// The source as the contract writes it and proofs show it: the pointer, or
+    /// `header:<name>` (lower-case).
+    ///
+    /// ```
+    /// use oncegate_core::strategy::Source;
+    /// assert_eq!(Source::Header("x-shopify-webhook-id".into()).label(), "header:x-shopify-webhook-id");
+    /// ```
+    pub fn label(&self) -> String {
+        match self {
+            Source::Body(p) => p.as_str().to_owned(),
+            Source::Header(name) => format!("{}{name}", Source::HEADER_PREFIX),
+        }
+    }
+
+    /// The body pointer, `None` for a header.
+    pub fn pointer(&self) -> Option<&Pointer> {
+        match self {
+            Source::Body(p) => Some(p),
+            Source::Header(_) => None,
+        }
+    }
+}
+
 /// One field a strategy reads, with its own normalizations.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Field {
-    /// Where the value is in the body, read after the type's own normalizations. An absent,
-    /// null or blank value skips the strategy.
-    pub pointer: Pointer,
+    /// Where the value is: a place in the body or a header. An absent, null or blank value
+    /// skips the strategy.
+    pub source: Source,
     /// The strategy's own rewrites of this field (`normalize = { "/p" = [...] }`), applied in
     /// order on a copy; one that fails skips the strategy rather than making a key from a
     /// value it could not normalize.
@@ -202,6 +283,15 @@ pub struct Strategy {
     /// What the key is scoped by besides tenant, provider and environment (`scope`, default
     /// `type`).
     pub scope: ScopeKind,
+    /// Values of the strategy's fields that identify nothing (`placeholders`): ids a provider's
+    /// test tools put in every event they send (Stripe's old test webhooks all carry
+    /// `evt_00000000000000`). A field holding one counts as absent, so the hierarchy falls to
+    /// the next strategy instead of merging every test event into one effect. Compared with
+    /// the value as sent (after the field's normalizations).
+    pub placeholders: Vec<String>,
+    /// The written reason for the choice (`why`): which id is stable, what it is unique for.
+    /// Shown by `oncegate check`; it does not change the key.
+    pub why: String,
 }
 
 impl Strategy {
@@ -251,6 +341,32 @@ mod tests {
             Ok("2024-05-01T12:30:00.25Z"),
         );
         check(Normalization::Utc, "yesterday", Err("not an RFC 3339"));
+        let decimal = |input: Value| {
+            let mut v = input;
+            Normalization::Decimal
+                .apply(&mut v)
+                .map(|()| crate::canon::to_key_form(&v))
+        };
+        assert_eq!(decimal(s("10.00")), Ok("10".to_owned()));
+        assert_eq!(decimal(s("10.0")), Ok("10".to_owned()));
+        assert_eq!(decimal(s(" 65215 ")), Ok("65215".to_owned()));
+        assert_eq!(decimal(s("-0.50")), Ok("-0.5".to_owned()));
+        assert_eq!(
+            decimal(s("820982911946154508")),
+            Ok("820982911946154508".to_owned())
+        );
+        assert_ne!(decimal(s("10.01")), decimal(s("10.1")));
+        for bad in ["1,000", "+5", "€10", "", "1.", ".5", "0x10", "NaN"] {
+            assert!(
+                decimal(s(bad)).unwrap_err().contains("not a decimal"),
+                "{bad:?}"
+            );
+        }
+        let number = crate::json::parse(b"1e2", &crate::json::Limits::default()).unwrap();
+        assert_eq!(decimal(number), Ok("100".to_owned()));
+        assert!(decimal(Value::Bool(true))
+            .unwrap_err()
+            .contains("found a boolean"));
         let mut n = Value::Null;
         assert!(Normalization::Trim
             .apply(&mut n)

@@ -11,6 +11,7 @@ use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http_body_util::BodyExt;
 use oncegate::{Cut, Outcome, Proof, Reception, Refusal, RefusalKind};
@@ -109,7 +110,7 @@ pub(crate) fn reception(
     request_body(content = serde_json::Value, content_type = "application/json", description = "The provider's body, byte for byte (the signature covers these bytes)."),
     security(("bearer" = []), ("provider_signature" = [])),
     responses(
-        (status = 200, description = "The decision: `process` (with the reservation), `ignore`, `quarantine` or `reconcile`.", body = DecisionBody),
+        (status = 200, description = "The decision: `process` (with the reservation), `ignore`, `quarantine` or `reconcile`. For a provider whose contract declares a `batch`, the provider's expected reply (e.g. `[accepted]`, text/plain) once every item was decided.", body = DecisionBody),
         (status = 400, description = "`malformed_json`, `bad_path`, `unknown_environment`, `incomplete_body`.", body = crate::wire::ErrorBody),
         (status = 401, description = "`bad_signature`, `unauthorized`.", body = crate::wire::ErrorBody),
         (status = 403, description = "`forbidden`: the token's role cannot post deliveries.", body = crate::wire::ErrorBody),
@@ -120,7 +121,7 @@ pub(crate) async fn post_delivery(
     path: Result<Path<(String, String, String)>, PathRejection>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<DecisionBody>, ApiError> {
+) -> Result<Response, ApiError> {
     let origin = segments(path)?;
     let received_at = state.now();
     let body = read_body(body, state.gate.limits().max_bytes).await;
@@ -134,12 +135,41 @@ pub(crate) async fn post_delivery(
         match authenticate(&state, &headers, &reception, provider) {
             Ok(caller) => {
                 tracing::debug!(caller = %caller.label, "delivery authenticated");
-                state.gate.deliver(reception).await?
+                let done = state.gate.deliver_batch(reception).await?;
+                match done.reply {
+                    // A batch: every item was journaled and decided on its own; the provider
+                    // gets the reply it expects (each item's decision is in its proof).
+                    Some(reply) => return batch_answer(&state, done.items, reply),
+                    None => match done.items.into_iter().next() {
+                        Some(outcome) => outcome,
+                        None => unreachable!("a delivery that is not a batch has one outcome"),
+                    },
+                }
             }
             Err(refusal) => state.gate.refuse(reception, refusal).await?,
         }
     };
-    answer(&state, outcome).map(Json)
+    answer(&state, outcome).map(|body| Json(body).into_response())
+}
+
+/// The answer to a batch: the provider's expected reply once every item was decided. An item
+/// refused (it cannot be, once the body parsed: kept for completeness) answers its refusal.
+fn batch_answer(
+    state: &AppState,
+    items: Vec<Outcome>,
+    reply: String,
+) -> Result<Response, ApiError> {
+    for outcome in items {
+        answer(state, outcome)?;
+    }
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; charset=utf-8",
+        )],
+        reply,
+    )
+        .into_response())
 }
 
 /// The answer to an outcome: a decision body, or the refusal's error.

@@ -74,7 +74,7 @@ pub use oncegate::{
     ReconcilerSettings, RunReport, SweepReport, TrustError,
 };
 pub use secrets::ProviderSecrets;
-pub use signature::{sign_hmac, sign_standard_webhooks, SignatureError};
+pub use signature::{sign_adyen_item, sign_hmac, sign_standard_webhooks, SignatureError};
 
 /// Everything the service needs, resolved by the caller (the CLI reads files and the
 /// environment; tests build it directly).

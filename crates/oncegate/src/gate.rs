@@ -401,8 +401,7 @@ impl Gate {
                 let delivery = self.store().journal(entry).await?;
                 // Shadow strategies see the delivery before the decision so their verdicts are
                 // part of the proof; they never change it.
-                let shadows =
-                    shadow::verdicts(self, t, r.origin(), &doc, et, &delivery, received_at).await;
+                let shadows = shadow::verdicts(self, t, &r, &doc, et, &delivery, received_at).await;
                 details.shadow = shadows.clone();
                 let decided = self
                     .store()

@@ -50,6 +50,7 @@
 
 mod authority;
 mod backlog;
+mod batch;
 mod breaker;
 pub mod details;
 mod error;
@@ -69,6 +70,7 @@ mod upkeep;
 mod verifier;
 
 pub use authority::{AuthorityError, AuthorityPolicy};
+pub use batch::BatchOutcome;
 pub use error::GateError;
 pub use forwarder::ForwarderSettings;
 pub use gate::{system_clock, Clock, Gate, GateConfig, MAX_RESULT_BYTES};

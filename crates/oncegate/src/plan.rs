@@ -87,7 +87,7 @@ impl Plan {
         doc: &json::Value,
         salt: &[u8],
     ) -> Plan {
-        let id: Identity = identity::identify(t, r.origin(), doc, salt);
+        let id: Identity = identity::identify(t, r.origin(), doc, &r.headers, salt);
         // `identify` walks the hierarchy in order and stops at the first key, so the skipped
         // strategies are the first ones of the type's list.
         let skipped: Vec<Skipped> = id
@@ -247,6 +247,19 @@ pub(crate) fn journal_entry(
         names.extend(p.delivery_id_header.clone());
         if let EventTypeSource::Header(h) = &p.event_type {
             names.push(h.to_ascii_lowercase());
+        }
+        // Headers a strategy keys on (`header:<name>`): a late replay recomputes the key
+        // from them. An id, never a MAC or a credential.
+        for t in p.types.values() {
+            for s in t.strategies.iter().chain(&t.shadow) {
+                for f in &s.fields {
+                    if let oncegate_core::strategy::Source::Header(h) = &f.source {
+                        if !names.contains(h) {
+                            names.push(h.clone());
+                        }
+                    }
+                }
+            }
         }
         // A scheme's timestamp header carries no MAC, and it explains a stale refusal.
         if let Some(h) = p

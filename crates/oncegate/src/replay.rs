@@ -186,7 +186,13 @@ pub async fn replay(
                         provider: &d.provider,
                         env: &d.env,
                     };
-                    let id = identity::identify(&t, origin, &doc, salt);
+                    // The headers journaled with it (the contract's key headers are kept).
+                    let headers: Vec<(String, String)> = serde_json::from_str::<
+                        std::collections::BTreeMap<String, String>,
+                    >(&d.headers_json)
+                    .map(|h| h.into_iter().collect())
+                    .unwrap_or_default();
+                    let id = identity::identify(&t, origin, &doc, &headers, salt);
                     notes.extend(id.notes.clone());
                     resource = id.resource.clone();
                     match &id.effect {

@@ -51,14 +51,15 @@ impl ShadowMetrics {
 pub(crate) async fn verdicts(
     gate: &Gate,
     t: &EventType,
-    origin: Origin<'_>,
+    r: &crate::reception::Reception,
     doc: &json::Value,
     event_type: &str,
     delivery: &DeliveryId,
     now: OffsetDateTime,
 ) -> Vec<ShadowVerdict> {
     let mut out = Vec::new();
-    for (s, id) in identity::shadow_identities(t, origin, doc, gate.salt()) {
+    let origin = r.origin();
+    for (s, id) in identity::shadow_identities(t, origin, doc, &r.headers, gate.salt()) {
         let label = s.label();
         let Some(k) = id.effect else {
             let missing = id

@@ -80,7 +80,13 @@ fn group_of(
                 env: &record.env,
             };
             // Keys are only compared within this run, so any salt groups consistently.
-            let id = identify(t, origin, record.json()?, b"oncegate corpus analyze");
+            let id = identify(
+                t,
+                origin,
+                record.json()?,
+                &record.headers,
+                b"oncegate corpus analyze",
+            );
             id.effect
                 .map(|k| format!("{}@{}:{}", k.strategy, k.version, k.key))
         }

@@ -1,5 +1,6 @@
 //! The `oncegate` command end to end: the real binary, real files, real stdin.
 
+mod catalog;
 mod corpus;
 mod deploy;
 mod discovery;

@@ -350,6 +350,30 @@ fn provider(
         }
     };
     let signature = raw.signature.and_then(|s| signature(c, at, s));
+    let batch = raw.batch.and_then(|b| {
+        let items = c.pointer(at, "batch.items", &b.items);
+        let item = c.pointer(at, "batch.item", b.item.as_deref().unwrap_or(""));
+        if b.reply.len() > 1024 {
+            c.error(
+                at,
+                "batch.reply",
+                "the reply a provider expects is short text (at most 1024 bytes)",
+            );
+        }
+        if items.as_ref().is_some_and(Pointer::is_root) {
+            c.error(
+                at,
+                "batch.items",
+                "the items are an array inside the body, not the whole body",
+            );
+            return None;
+        }
+        Some(crate::batch::Batch {
+            items: items?,
+            item: item?,
+            reply: b.reply,
+        })
+    });
     let provider_verify = raw.verify.and_then(|v| verify::verifier(c, at, v));
     let provider_forward = raw.forward.clone().and_then(|f| forward::forward(c, at, f));
     let mut types = BTreeMap::new();
@@ -388,6 +412,7 @@ fn provider(
         event_type: event_type?,
         delivery_id_header: raw.delivery_id_header.map(|h| h.to_ascii_lowercase()),
         signature,
+        batch,
         types,
         forward: provider_forward,
     })
@@ -430,7 +455,14 @@ fn signature(c: &mut Checker<'_>, at: At<'_>, raw: RawSignature) -> Option<Signa
             );
         }
     }
-    if matches!(name, "github" | "shopify") && raw.tolerance.is_some() {
+    if name != "square" && raw.url.is_some() {
+        c.error(
+            at,
+            "signature.url",
+            format!("the {name:?} scheme signs no URL; `url` is only for \"square\""),
+        );
+    }
+    if matches!(name, "github" | "shopify" | "square" | "adyen") && raw.tolerance.is_some() {
         c.error(
             at,
             "signature.tolerance",
@@ -455,6 +487,22 @@ fn signature(c: &mut Checker<'_>, at: At<'_>, raw: RawSignature) -> Option<Signa
         "slack" => Scheme::Slack { tolerance },
         "github" => Scheme::Github,
         "shopify" => Scheme::Shopify,
+        "adyen" => Scheme::Adyen,
+        "square" => match raw.url.as_deref().map(str::trim) {
+            Some(url) if url.starts_with("https://") || url.starts_with("http://") => {
+                Scheme::Square {
+                    url: url.to_owned(),
+                }
+            }
+            _ => {
+                c.error(
+                    at,
+                    "signature.url",
+                    "square signs the notification URL with the body: give `url`, the https:// URL registered with Square, exactly",
+                );
+                return None;
+            }
+        },
         _ => {
             let Some(header) = raw.header else {
                 c.error(

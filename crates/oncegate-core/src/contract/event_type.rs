@@ -48,7 +48,9 @@ pub(super) fn normalizations(
             None => c.error(
                 at,
                 field,
-                format!("{op:?} is not a normalization: use trim, lowercase, uppercase or utc"),
+                format!(
+                    "{op:?} is not a normalization: use trim, lowercase, uppercase, utc or decimal"
+                ),
             ),
         }
     }
@@ -200,17 +202,57 @@ pub(super) fn event_type_def(
         let mut fields = Vec::new();
         for (j, f) in rs.fields.iter().enumerate() {
             let fname = format!("{field}.fields[{j}]");
-            if let Some(pointer) = c.pointer(sat, &fname, f) {
-                let ops = rs
-                    .normalize
-                    .get(f)
-                    .map(|ops| normalizations(c, sat, &format!("{field}.normalize"), ops))
-                    .unwrap_or_default();
-                fields.push(Field {
-                    pointer,
-                    normalize: ops,
-                });
-            }
+            let source = match f.strip_prefix(Source::HEADER_PREFIX) {
+                Some(name) => {
+                    let name = name.trim();
+                    let valid = !name.is_empty()
+                        && name
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
+                    if !valid {
+                        c.error(sat, &fname, format!("{f:?} names no valid header: write `header:<Name>` with letters, digits, `-` or `_`"));
+                        continue;
+                    }
+                    if level == Level::Fingerprint {
+                        c.error(
+                            sat,
+                            &fname,
+                            format!(
+                                "{f:?}: a fingerprint hashes parts of the body, never a header"
+                            ),
+                        );
+                        continue;
+                    }
+                    Source::Header(name.to_ascii_lowercase())
+                }
+                None => match c.pointer(sat, &fname, f) {
+                    Some(pointer) => Source::Body(pointer),
+                    None => continue,
+                },
+            };
+            let ops = rs
+                .normalize
+                .get(f)
+                .map(|ops| normalizations(c, sat, &format!("{field}.normalize"), ops))
+                .unwrap_or_default();
+            fields.push(Field {
+                source,
+                normalize: ops,
+            });
+        }
+        if !rs.placeholders.is_empty() && level == Level::Fingerprint {
+            c.error(
+                sat,
+                &format!("{field}.placeholders"),
+                "a fingerprint has no id fields, so no placeholder values",
+            );
+        }
+        if rs.placeholders.iter().any(|p| p.trim().is_empty()) {
+            c.error(
+                sat,
+                &format!("{field}.placeholders"),
+                "a placeholder is a value test tools reuse; a blank one already counts as absent",
+            );
         }
         for key in rs.normalize.keys() {
             if !rs.fields.contains(key) {
@@ -268,6 +310,13 @@ pub(super) fn event_type_def(
                 horizon,
             ),
             scope,
+            placeholders: rs.placeholders.clone(),
+            why: rs
+                .why
+                .as_deref()
+                .map(str::trim)
+                .unwrap_or_default()
+                .to_owned(),
         };
         let here = format!("{provider}/{name}");
         match labels.get(&(rs.name.clone(), rs.version)) {
@@ -313,6 +362,12 @@ pub(super) fn event_type_def(
     }
     Some(EventType {
         name: name.to_owned(),
+        why: raw
+            .why
+            .as_deref()
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_owned(),
         provider: provider.to_owned(),
         criticality,
         operation: raw.operation.unwrap_or_else(|| name.to_owned()),

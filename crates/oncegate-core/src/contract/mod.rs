@@ -7,7 +7,7 @@
 
 use crate::matrix::{Confidence, Criticality};
 use crate::pointer::Pointer;
-use crate::strategy::{Field, Level, Normalization, ScopeKind, Strategy};
+use crate::strategy::{Field, Level, Normalization, ScopeKind, Source, Strategy};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::time::Duration;
@@ -103,6 +103,10 @@ pub struct Provider {
     /// How the provider signs its deliveries. `None` when the contract names no `signature`:
     /// its deliveries are then accepted only with a bearer token.
     pub signature: Option<Signature>,
+    /// When one request carries several notifications (`batch`): where they are and what the
+    /// provider expects in reply. Every pointer of the provider's types (and `event_type`) is
+    /// then read inside one item. `None`: one request, one delivery.
+    pub batch: Option<crate::batch::Batch>,
     /// The provider's event types by name. A delivery of a type not listed here has no
     /// contract and goes to reconciliation: it is kept, never dropped.
     pub types: BTreeMap<String, EventType>,
@@ -153,7 +157,8 @@ pub struct Signature {
 
 /// A signature scheme: the `scheme` value of a provider's `signature` table.
 ///
-/// The presets (`stripe`, `paddle`, `slack`, `github`, `shopify`) are fixed header formats;
+/// The presets (`stripe`, `paddle`, `slack`, `github`, `shopify`, `square`, `adyen`) are fixed
+/// formats;
 /// `hmac-sha256` is the generic HMAC-SHA-256 header scheme for providers none of them fits.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Scheme {
@@ -207,11 +212,22 @@ pub enum Scheme {
     Github,
     /// Shopify: `x-shopify-hmac-sha256: <base64>` over the body (no timestamp).
     Shopify,
+    /// Square: `x-square-hmacsha256-signature: <base64>` over the notification URL followed by
+    /// the body (no timestamp): the URL the subscription was registered with is signed too.
+    Square {
+        /// The notification URL exactly as registered with Square (`url`, required).
+        url: String,
+    },
+    /// Adyen classic notifications: no header. Each `NotificationRequestItem` carries
+    /// `additionalData.hmacSignature`, the base64 HMAC-SHA-256 under the hex-decoded key of
+    /// `pspReference:originalReference:merchantAccountCode:merchantReference:value:currency:eventCode:success`
+    /// (an absent field is empty). Every item of the request must verify.
+    Adyen,
 }
 
 impl Scheme {
     /// Every valid `scheme` value, as the contract spells it.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 9] = [
         "standard-webhooks",
         "hmac-sha256",
         "stripe",
@@ -219,6 +235,8 @@ impl Scheme {
         "slack",
         "github",
         "shopify",
+        "square",
+        "adyen",
     ];
 
     /// The `scheme` value this scheme is written as in the contract.
@@ -231,6 +249,8 @@ impl Scheme {
             Scheme::Slack { .. } => "slack",
             Scheme::Github => "github",
             Scheme::Shopify => "shopify",
+            Scheme::Square { .. } => "square",
+            Scheme::Adyen => "adyen",
         }
     }
 
@@ -247,7 +267,11 @@ impl Scheme {
                 tolerance,
                 ..
             } => Some(*tolerance),
-            Scheme::HmacSha256 { .. } | Scheme::Github | Scheme::Shopify => None,
+            Scheme::HmacSha256 { .. }
+            | Scheme::Github
+            | Scheme::Shopify
+            | Scheme::Square { .. }
+            | Scheme::Adyen => None,
         }
     }
 
@@ -260,9 +284,12 @@ impl Scheme {
                 timestamp_header, ..
             } => timestamp_header.as_deref(),
             Scheme::Slack { .. } => Some("x-slack-request-timestamp"),
-            Scheme::Stripe { .. } | Scheme::Paddle { .. } | Scheme::Github | Scheme::Shopify => {
-                None
-            }
+            Scheme::Stripe { .. }
+            | Scheme::Paddle { .. }
+            | Scheme::Github
+            | Scheme::Shopify
+            | Scheme::Square { .. }
+            | Scheme::Adyen => None,
         }
     }
 }
@@ -311,6 +338,10 @@ pub struct Authority {
 pub struct EventType {
     /// The type's name as deliveries declare it (its table's key, e.g. `refund.created`).
     pub name: String,
+    /// The written reason for the type's choices (`why`): which field names the resource,
+    /// which amount is the discriminant and in which unit. Shown by `oncegate check`; it does
+    /// not change any key.
+    pub why: String,
     /// The name of the provider that sends it.
     pub provider: String,
     /// What a duplicate or a loss costs (`criticality`, required): an uncertain match of a

@@ -38,6 +38,7 @@ pub(super) struct RawProvider {
     pub(super) event_type_header: Option<String>,
     pub(super) delivery_id_header: Option<String>,
     pub(super) signature: Option<RawSignature>,
+    pub(super) batch: Option<RawBatch>,
     /// The consumer's verification API for every type of the provider (a type may override it).
     pub(super) verify: Option<super::verify::RawVerifier>,
     /// Gateway mode for every type of the provider (a type may override fields of it).
@@ -55,6 +56,7 @@ pub(super) struct RawSignature {
     pub(super) prefix: Option<String>,
     pub(super) timestamp_header: Option<String>,
     pub(super) tolerance: Option<String>,
+    pub(super) url: Option<String>,
     pub(super) secret_env: Option<Names>,
     pub(super) secret_file: Option<Names>,
 }
@@ -106,6 +108,7 @@ pub(super) struct RawNormalize {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawType {
+    pub(super) why: Option<String>,
     pub(super) criticality: Option<String>,
     pub(super) operation: Option<String>,
     pub(super) resource: Option<String>,
@@ -158,4 +161,15 @@ pub(super) struct RawStrategy {
     pub(super) confidence: Option<String>,
     pub(super) horizon: Option<String>,
     pub(super) scope: Option<String>,
+    #[serde(default)]
+    pub(super) placeholders: Vec<String>,
+    pub(super) why: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBatch {
+    pub(super) items: String,
+    pub(super) item: Option<String>,
+    pub(super) reply: String,
 }

@@ -7,4 +7,5 @@ mod contract;
 mod identity;
 mod json_suite;
 mod matrix;
+mod provider_shapes;
 mod shadow;

@@ -35,10 +35,10 @@ fn a_shadow_is_parsed_beside_the_hierarchy_and_keys_on_its_own() {
         env: "live",
     };
     // The hierarchy falls back to the fingerprint (no request reference)…
-    let active = identify(t, origin, &doc, b"salt");
+    let active = identify(t, origin, &doc, &[], b"salt");
     assert_eq!(active.effect.unwrap().strategy, "refund-fingerprint");
     // …while the shadow makes its own strong key.
-    let shadows = shadow_identities(t, origin, &doc, b"salt");
+    let shadows = shadow_identities(t, origin, &doc, &[], b"salt");
     assert_eq!(shadows.len(), 1);
     let key = shadows[0]
         .1

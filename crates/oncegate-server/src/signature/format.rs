@@ -57,7 +57,7 @@ enum Shape<'s> {
 /// The layout of every scheme but Standard Webhooks.
 fn layout(scheme: &Scheme) -> Option<Layout<'_>> {
     Some(match scheme {
-        Scheme::StandardWebhooks { .. } => return None,
+        Scheme::StandardWebhooks { .. } | Scheme::Adyen => return None,
         Scheme::HmacSha256 {
             header,
             encoding,
@@ -107,6 +107,15 @@ fn layout(scheme: &Scheme) -> Option<Layout<'_>> {
             encoding: Encoding::Hex,
             shape: Shape::Single {
                 prefix: Some("sha256="),
+                timestamp_header: None,
+            },
+            around: ("", ""),
+        },
+        Scheme::Square { .. } => Layout {
+            header: "x-square-hmacsha256-signature",
+            encoding: Encoding::Base64,
+            shape: Shape::Single {
+                prefix: None,
                 timestamp_header: None,
             },
             around: ("", ""),
@@ -168,20 +177,30 @@ fn timestamp(header: &str, text: &str) -> Result<i64, SignatureError> {
         .map_err(|_| malformed(header, "has a timestamp out of range"))
 }
 
-/// Reads a delivery's headers under its scheme.
+/// Reads a delivery's headers under its scheme (Adyen's signatures are in the body: see
+/// `signature::adyen`).
 pub(super) fn read(scheme: &Scheme, headers: &HeaderMap) -> Result<Signed, SignatureError> {
     let Some(layout) = layout(scheme) else {
         return standard_webhooks(headers);
     };
+    let mut signed = read_layout(&layout, headers)?;
+    // Square signs the registered notification URL, then the body.
+    if let Scheme::Square { url } = scheme {
+        signed.prefix = url.as_bytes().to_vec();
+    }
+    Ok(signed)
+}
+
+fn read_layout(layout: &Layout<'_>, headers: &HeaderMap) -> Result<Signed, SignatureError> {
     let name = layout.header;
     let raw = value(headers, name)?;
     let (before, after) = layout.around;
-    match layout.shape {
+    match &layout.shape {
         Shape::Single {
             prefix,
             timestamp_header,
         } => {
-            let mac = match prefix {
+            let mac = match *prefix {
                 Some(p) => raw
                     .strip_prefix(p)
                     .ok_or_else(|| malformed(name, format!("does not start with {p:?}")))?,
@@ -190,7 +209,7 @@ pub(super) fn read(scheme: &Scheme, headers: &HeaderMap) -> Result<Signed, Signa
             let mac = decode(layout.encoding, mac).ok_or_else(|| {
                 malformed(name, format!("is not {}", encoding_name(layout.encoding)))
             })?;
-            let (prefix, timestamp) = match timestamp_header {
+            let (prefix, timestamp) = match *timestamp_header {
                 None => (Vec::new(), None),
                 Some(ts_name) => {
                     let ts = value(headers, ts_name)?;
@@ -213,6 +232,7 @@ pub(super) fn read(scheme: &Scheme, headers: &HeaderMap) -> Result<Signed, Signa
             let mut ts: Option<&str> = None;
             let mut macs = 0;
             let mut candidates = Vec::new();
+            let (separator, timestamp_key, mac_key) = (*separator, *timestamp_key, *mac_key);
             for pair in raw.split(separator) {
                 let Some((key, v)) = pair.trim().split_once('=') else {
                     return Err(malformed(name, format!("has an entry that is not key=value (entries are separated by {separator:?})")));

@@ -1,6 +1,7 @@
 //! The engine's integration tests: the gate and its upkeep over a real store (a temporary
 //! SQLite file, a fresh PostgreSQL database), every scenario run on both.
 
+mod catalog;
 mod gateway;
 
 /// Instantiates each scenario once per backend, as `sqlite::<name>` and `postgres::<name>`.
@@ -30,6 +31,9 @@ macro_rules! both_backends {
 }
 
 both_backends!(
+    catalog::every_provider_payload_is_decided_as_its_contract_says,
+    catalog::every_github_payload_is_decided_as_its_contract_says,
+    catalog::ids_reused_across_events_are_collisions_never_ignores,
     gateway::a_destination_down_then_up_gets_it_once,
     gateway::a_destination_slow_past_the_timeout_is_retried_and_completed_once,
     gateway::a_500_then_a_200_completes_with_the_200s_body,
