@@ -2,6 +2,7 @@
 //! `reqwest`, every scenario run unchanged against SQLite and PostgreSQL.
 
 mod auth;
+mod batches;
 mod console_browser;
 mod console_http;
 mod console_pages;
@@ -50,6 +51,7 @@ macro_rules! both_backends {
 }
 
 both_backends!(
+    batches::a_batch_is_decided_item_by_item_and_answered_as_the_provider_expects,
     gateway::a_forwarded_delivery_is_answered_without_a_token_and_its_dead_letter_resent,
     operations::health_metrics_and_unknown_routes,
     monitoring::alerts_and_dashboard_name_exported_metrics,
