@@ -147,8 +147,8 @@ pub enum BreakerCommand {
         /// How far back matches count.
         #[arg(long, value_parser = crate::duration, default_value = "24h")]
         window: std::time::Duration,
-        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
-        store: String,
+        #[command(flatten)]
+        store: crate::store::StoreArg,
         /// Print the breakers as one JSON line, with the field names of `GET /v1/breakers`.
         #[arg(long)]
         json: bool,
@@ -164,8 +164,8 @@ pub enum BreakerCommand {
         note: String,
         #[arg(long)]
         by: String,
-        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
-        store: String,
+        #[command(flatten)]
+        store: crate::store::StoreArg,
     },
 }
 
@@ -177,7 +177,7 @@ pub fn main(command: BreakerCommand) -> Result<()> {
                 store,
                 json,
             } => {
-                let store = oncegate_store::open(store).await?;
+                let store = store.open(None).await?;
                 if *json {
                     return crate::json::print(&list_doc(store.as_ref(), *window).await?);
                 }
@@ -192,7 +192,7 @@ pub fn main(command: BreakerCommand) -> Result<()> {
                 by,
                 store,
             } => {
-                let store = oncegate_store::open(store).await?;
+                let store = store.open(None).await?;
                 close(
                     store.as_ref(),
                     CloseArgs {

@@ -99,15 +99,15 @@ pub enum ForwardCommand {
         state: Option<String>,
         #[arg(long, default_value_t = 50)]
         limit: u32,
-        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
-        store: String,
+        #[command(flatten)]
+        store: crate::store::StoreArg,
     },
     /// Re-send a dead letter: a fresh attempt series under the effect's next fencing token.
     Resend {
         /// The effect's id (`eff_…`), as `forward list` shows it.
         effect_id: String,
-        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
-        store: String,
+        #[command(flatten)]
+        store: crate::store::StoreArg,
     },
 }
 
@@ -119,11 +119,11 @@ pub fn main(command: ForwardCommand) -> Result<()> {
                 limit,
                 store,
             } => {
-                let store = oncegate_store::open(store).await?;
+                let store = store.open(None).await?;
                 list(store.as_ref(), state.as_deref(), *limit).await?
             }
             ForwardCommand::Resend { effect_id, store } => {
-                let store = oncegate_store::open(store).await?;
+                let store = store.open(None).await?;
                 resend(store.as_ref(), effect_id).await?
             }
         };

@@ -31,6 +31,7 @@ mod replay;
 mod report;
 mod salt;
 mod serve;
+mod store;
 
 use anyhow::{Context, Result};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -62,9 +63,8 @@ enum Command {
         /// The contract (default: the file ONCEGATE_CONTRACT names, else ./oncegate.toml).
         #[arg(long)]
         contract: Option<PathBuf>,
-        /// `postgres://…` or a SQLite path (default: the contract's `settings.store`, else `oncegate.db`).
-        #[arg(long, env = "ONCEGATE_STORE")]
-        store: Option<String>,
+        #[command(flatten)]
+        store: crate::store::StoreArg,
         #[arg(long, env = "ONCEGATE_LISTEN", default_value = "127.0.0.1:8080")]
         listen: String,
         /// Reservation lease (overrides the contract's `settings.lease`).
@@ -188,8 +188,8 @@ enum Command {
     /// Explain one delivery: decision, reason, strategy and the ones skipped, key, links, effect, resolution.
     Explain {
         delivery_id: String,
-        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
-        store: String,
+        #[command(flatten)]
+        store: crate::store::StoreArg,
         /// Print the proof as one JSON line, with the field names of `GET /v1/deliveries/{id}`.
         #[arg(long)]
         json: bool,
@@ -200,8 +200,8 @@ enum Command {
         /// The new contract (the one being cut over to).
         #[arg(long)]
         contract: PathBuf,
-        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
-        store: String,
+        #[command(flatten)]
+        store: crate::store::StoreArg,
     },
     /// Choose keys from evidence: export, analyze and replay a corpus of deliveries (JSON Lines).
     Corpus {
@@ -213,8 +213,8 @@ enum Command {
         /// Only deliveries received at or after this RFC 3339 instant (default: 24 hours ago).
         #[arg(long)]
         since: Option<String>,
-        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
-        store: String,
+        #[command(flatten)]
+        store: crate::store::StoreArg,
         /// Print the report as one JSON line, with the field names of `GET /v1/report`.
         #[arg(long)]
         json: bool,
@@ -284,7 +284,7 @@ fn main() -> ExitCode {
                 .and_then(|rt| {
                     rt.block_on(serve::run(serve::Options {
                         contract: contract.as_deref(),
-                        store: store.as_deref(),
+                        store: &store,
                         listen: &listen,
                         lease,
                         request_timeout,
@@ -306,7 +306,7 @@ fn main() -> ExitCode {
         Command::Migrate { contract, store } => contract::load(&contract).and_then(|contract| {
             let salt = salt::read()?;
             runtime()?.block_on(async {
-                let store = oncegate_store::open(&store).await?;
+                let store = store.open(Some(&contract)).await?;
                 out!("{}", migrate::run(store.as_ref(), &contract, salt).await?)?;
                 Ok(Status::Success)
             })
@@ -327,7 +327,7 @@ fn main() -> ExitCode {
         } => runtime()
             .and_then(|rt| {
                 rt.block_on(async {
-                    let store = oncegate_store::open(&store).await?;
+                    let store = store.open(None).await?;
                     if json {
                         crate::json::print(&explain::doc(store.as_ref(), &delivery_id).await?)?;
                     } else {
@@ -348,7 +348,7 @@ fn main() -> ExitCode {
                         .with_context(|| format!("--since {s:?} is not an RFC 3339 instant"))?,
                         None => time::OffsetDateTime::now_utc() - time::Duration::days(1),
                     };
-                    let store = oncegate_store::open(&store).await?;
+                    let store = store.open(None).await?;
                     if json {
                         crate::json::print(&report::doc(store.as_ref(), since).await?)?;
                     } else {

@@ -95,9 +95,8 @@ pub struct PurgeArgs {
     /// Print the counts as one JSON line.
     #[arg(long)]
     json: bool,
-    /// `postgres://…` or a SQLite path (default: the contract's `settings.store`, else `oncegate.db`).
-    #[arg(long, env = "ONCEGATE_STORE")]
-    store: Option<String>,
+    #[command(flatten)]
+    store: crate::store::StoreArg,
     /// The contract whose retention settings apply
     /// (default: the file ONCEGATE_CONTRACT names, else ./oncegate.toml).
     #[arg(long)]
@@ -107,8 +106,7 @@ pub struct PurgeArgs {
 pub fn main(args: PurgeArgs) -> Result<()> {
     let contract = crate::contract::find(args.contract.as_deref())?;
     crate::runtime()?.block_on(async {
-        let url = crate::serve::store_url(args.store.as_deref(), Some(&contract));
-        let store = oncegate_store::open(&url).await?;
+        let store = args.store.open(Some(&contract)).await?;
         if !args.json {
             out!("{}", run(store.as_ref(), &contract, args.dry_run).await?)?;
             return Ok(());

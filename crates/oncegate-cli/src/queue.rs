@@ -479,8 +479,8 @@ pub enum QueueCommand {
         /// Start after this cursor (the `next page: --after …` of the previous page).
         #[arg(long)]
         after: Option<String>,
-        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
-        store: String,
+        #[command(flatten)]
+        store: crate::store::StoreArg,
         /// Print the page as one JSON line, with the field names of `GET /v1/queue` (`next`
         /// is the cursor for `--after`).
         #[arg(long)]
@@ -490,8 +490,8 @@ pub enum QueueCommand {
     Show {
         /// A queue item id (`q_…`) or a delivery id (`dlv_…`).
         id: String,
-        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
-        store: String,
+        #[command(flatten)]
+        store: crate::store::StoreArg,
         /// Print the item as one JSON line: the fields of a `GET /v1/queue` item, plus
         /// `payload` and `reference_payload`.
         #[arg(long)]
@@ -511,8 +511,8 @@ pub enum QueueCommand {
         /// Who resolves it.
         #[arg(long)]
         by: String,
-        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
-        store: String,
+        #[command(flatten)]
+        store: crate::store::StoreArg,
     },
 }
 
@@ -531,7 +531,7 @@ pub fn main(command: QueueCommand) -> Result<()> {
                 store,
                 json,
             } => {
-                let store = oncegate_store::open(store).await?;
+                let store = store.open(None).await?;
                 let args = ListArgs {
                     kind: kind.as_deref(),
                     status: status.as_deref(),
@@ -548,7 +548,7 @@ pub fn main(command: QueueCommand) -> Result<()> {
                 list(store.as_ref(), args).await?
             }
             QueueCommand::Show { id, store, json } => {
-                let store = oncegate_store::open(store).await?;
+                let store = store.open(None).await?;
                 if *json {
                     return json::print(&show_doc(store.as_ref(), id).await?);
                 }
@@ -562,7 +562,7 @@ pub fn main(command: QueueCommand) -> Result<()> {
                 by,
                 store,
             } => {
-                let store = oncegate_store::open(store).await?;
+                let store = store.open(None).await?;
                 resolve(
                     store.as_ref(),
                     ResolveArgs {

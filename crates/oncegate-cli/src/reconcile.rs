@@ -16,9 +16,8 @@ pub struct ReconcileArgs {
     /// Print the pass as one JSON line: `items` (one per queue item attempted) and `sweep`.
     #[arg(long)]
     json: bool,
-    /// `postgres://…` or a SQLite path (default: the contract's `settings.store`, else `oncegate.db`).
-    #[arg(long, env = "ONCEGATE_STORE")]
-    store: Option<String>,
+    #[command(flatten)]
+    store: crate::store::StoreArg,
     /// The contract whose authorities are asked
     /// (default: the file ONCEGATE_CONTRACT names, else ./oncegate.toml).
     #[arg(long)]
@@ -49,8 +48,7 @@ pub fn main(args: ReconcileArgs) -> Result<()> {
         bail!("set ONCEGATE_KEY_SALT (or ONCEGATE_KEY_SALT_FILE) to the salt the service uses: sensitive discriminants are compared under it");
     };
     crate::runtime()?.block_on(async {
-        let url = crate::serve::store_url(args.store.as_deref(), Some(&contract));
-        let store = oncegate_store::open(&url).await?;
+        let store = args.store.open(Some(&contract)).await?;
         let mut config = ServiceConfig::new(contract.clone(), store, salt);
         config.ca_file = args.ca_file.clone();
         let report = reconcile_once(&config).await?;

@@ -50,8 +50,8 @@ pub async fn run(store: &dyn Store, contract: &Contract, salt: &[u8], raw: &str)
 #[derive(clap::Args)]
 pub struct ReplayArgs {
     delivery_id: String,
-    #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
-    store: String,
+    #[command(flatten)]
+    store: crate::store::StoreArg,
     /// The contract holding the strategy version the proof names
     /// (default: the file ONCEGATE_CONTRACT names, else ./oncegate.toml).
     #[arg(long)]
@@ -64,7 +64,7 @@ pub fn main(args: ReplayArgs) -> Result<()> {
         anyhow::bail!("set ONCEGATE_KEY_SALT (or ONCEGATE_KEY_SALT_FILE) to the salt the service uses: the key is recomputed under it");
     };
     crate::runtime()?.block_on(async {
-        let store = oncegate_store::open(&args.store).await?;
+        let store = args.store.open(Some(&contract)).await?;
         out!(
             "{}",
             run(store.as_ref(), &contract, &salt, &args.delivery_id).await?

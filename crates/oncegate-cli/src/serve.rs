@@ -10,7 +10,7 @@ use std::time::Duration;
 pub struct Options<'a> {
     /// `--contract`; `None` looks for it as every command does.
     pub contract: Option<&'a Path>,
-    pub store: Option<&'a str>,
+    pub store: &'a crate::store::StoreArg,
     pub listen: &'a str,
     pub lease: Option<Duration>,
     pub request_timeout: Duration,
@@ -28,17 +28,6 @@ pub struct Options<'a> {
     /// Override the contract's `settings.max_body_bytes` / `settings.max_depth`.
     pub max_body_bytes: Option<usize>,
     pub max_depth: Option<usize>,
-}
-
-/// The store URL: the flag (or `ONCEGATE_STORE`), else the contract's `settings.store`, else a
-/// SQLite file in the working directory.
-pub fn store_url(
-    flag: Option<&str>,
-    contract: Option<&oncegate_core::contract::Contract>,
-) -> String {
-    flag.map(str::to_owned)
-        .or_else(|| contract.and_then(|c| c.settings.store.clone()))
-        .unwrap_or_else(|| "sqlite://oncegate.db".to_owned())
 }
 
 fn tokens() -> Result<Vec<ApiToken>> {
@@ -92,7 +81,7 @@ pub async fn run(o: Options<'_>) -> Result<()> {
         bail!("set ONCEGATE_KEY_SALT (or ONCEGATE_KEY_SALT_FILE) to a long random secret: sensitive fields and reservation tokens are keyed by it, and every instance sharing a store must use the same one");
     };
     crate::reconcile::check_authorities(&contract, o.ca_file)?;
-    let location: oncegate_store::StoreLocation = store_url(o.store, Some(&contract)).parse()?;
+    let location = o.store.location(Some(&contract))?;
     let store = oncegate_store::open_at(&location)
         .await
         .with_context(|| format!("opening the store ({location})"))?;

@@ -145,8 +145,8 @@ pub enum CorpusCommand {
     /// Export deliveries from the store as corpus lines (sensitive fields masked), labeled from
     /// queue resolutions.
     Export {
-        #[arg(long, env = "ONCEGATE_STORE", default_value = "sqlite://oncegate.db")]
-        store: String,
+        #[command(flatten)]
+        store: crate::store::StoreArg,
         /// The contract naming the sensitive fields to mask
         /// (default: the file ONCEGATE_CONTRACT names, else ./oncegate.toml).
         #[arg(long)]
@@ -217,7 +217,7 @@ pub fn run(command: CorpusCommand) -> Result<crate::exit::Status> {
             let since = export::since(since.as_deref())?;
             let salt = crate::salt::read()?;
             let exported = crate::runtime()?.block_on(async {
-                let store = oncegate_store::open(&store).await?;
+                let store = store.open(None).await?;
                 export::run(
                     store.as_ref(),
                     &export::Options {
