@@ -37,7 +37,7 @@ struct KeyDoc<'a> {
     strategy: Option<KeyStrategy<'a>>,
     scope: Option<&'a str>,
     fields: Vec<KeyField<'a>>,
-    skipped_strategies: Vec<KeySkipped<'a>>,
+    skipped_strategies: &'a [identity::Skipped],
     /// Each discriminant's canonical value (a keyed hash when sensitive), `null` when absent.
     discriminants: BTreeMap<&'a str, Option<&'a str>>,
     notes: &'a [String],
@@ -55,14 +55,6 @@ struct KeyStrategy<'a> {
 struct KeyField<'a> {
     pointer: &'a str,
     shown: &'a str,
-}
-
-#[derive(Serialize)]
-struct KeySkipped<'a> {
-    /// `name@version`.
-    strategy: &'a str,
-    level: String,
-    why: &'a str,
 }
 
 pub fn run(contract: Option<&Path>, event: Event<'_>, json: bool) -> Result<crate::exit::Status> {
@@ -236,15 +228,7 @@ impl Item<'_> {
                             .collect()
                     })
                     .unwrap_or_default(),
-                skipped_strategies: id
-                    .skipped
-                    .iter()
-                    .map(|s| KeySkipped {
-                        strategy: &s.strategy,
-                        level: s.level.to_string(),
-                        why: &s.why,
-                    })
-                    .collect(),
+                skipped_strategies: &id.skipped,
                 discriminants: id
                     .discriminants
                     .iter()
@@ -265,7 +249,13 @@ impl Item<'_> {
             transport.source
         )?;
         for s in &id.skipped {
-            outln!("skipped:    {} ({}): {}", s.strategy, s.level, s.why)?;
+            let level = t
+                .strategies
+                .iter()
+                .find(|d| d.name == s.name && d.version == s.version)
+                .map(|d| d.level.to_string())
+                .unwrap_or_default();
+            outln!("skipped:    {} ({level}): {}", s.label(), s.why)?;
         }
         match &id.effect {
             Some(k) => {

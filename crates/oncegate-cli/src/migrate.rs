@@ -80,7 +80,7 @@ async fn one(
         let skipped: Vec<String> = identity
             .skipped
             .iter()
-            .map(|k| format!("{}: {}", k.strategy, k.why))
+            .map(|k| format!("{}: {}", k.label(), k.why))
             .collect();
         return Ok(Outcome::NotAliased {
             why: format!(

@@ -86,16 +86,25 @@ pub struct EffectKey {
     pub fields: Vec<UsedField>,
 }
 
-/// A strategy of the hierarchy that did not make the key, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A strategy of the hierarchy that did not make the key, and why: the one shape a proof
+/// stores, the API and `explain` show and `oncegate key --json` prints.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Skipped {
-    /// The strategy's label, `name@version`.
-    pub strategy: String,
-    /// Its level.
-    pub level: Level,
+    /// The strategy's name.
+    pub name: String,
+    /// Its version.
+    pub version: u32,
     /// Why it made no key, in words (`field /data/request_ref is absent`, `the resource
     /// /data/payment_id is blank`…).
     pub why: String,
+}
+
+impl Skipped {
+    /// `name@version`, as logs and messages name a strategy.
+    pub fn label(&self) -> String {
+        format!("{}@{}", self.name, self.version)
+    }
 }
 
 /// What the contract makes of one parsed delivery of a known type.
@@ -419,8 +428,8 @@ fn identify_with(
                 break;
             }
             Err(why) => skipped.push(Skipped {
-                strategy: s.label(),
-                level: s.level,
+                name: s.name.clone(),
+                version: s.version,
                 why,
             }),
         }
@@ -628,7 +637,7 @@ pub fn situation(
         let missing = identity
             .skipped
             .iter()
-            .map(|s| format!("{}: {}", s.strategy, s.why))
+            .map(|s| format!("{}: {}", s.label(), s.why))
             .collect::<Vec<_>>()
             .join("; ");
         return Situation::NoKey {

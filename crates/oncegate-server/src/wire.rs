@@ -106,13 +106,6 @@ pub(crate) struct DecisionBody {
     pub shadow: Vec<oncegate::details::ShadowVerdict>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub(crate) struct SkippedBody {
-    pub name: String,
-    pub version: u32,
-    pub why: String,
-}
-
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct LinkBody {
     pub delivery_id: String,
@@ -155,7 +148,7 @@ pub(crate) struct ProofBody {
     pub raw_sha256: String,
     /// Extra: the raw body size in bytes.
     pub size: u64,
-    pub skipped_strategies: Vec<SkippedBody>,
+    pub skipped_strategies: Vec<oncegate_core::identity::Skipped>,
     pub linked_deliveries: Vec<LinkBody>,
     pub resolution: Option<ResolutionBody>,
     /// Gateway mode: the effect's forward to the consumer's endpoint and every attempt of it

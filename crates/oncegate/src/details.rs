@@ -116,16 +116,8 @@ impl Details {
     }
 }
 
-/// A strategy of the hierarchy that made no key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Skipped {
-    /// The strategy's name.
-    pub name: String,
-    /// Its version.
-    pub version: u32,
-    /// Why it made no key.
-    pub why: String,
-}
+/// A strategy of the hierarchy that made no key (the core's one shape).
+pub use oncegate_core::identity::Skipped;
 
 /// A field a key was made of.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

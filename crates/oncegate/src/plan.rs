@@ -13,7 +13,7 @@ use oncegate_store::{
     TransportStrength,
 };
 
-use crate::details::{Details, Skipped, UsedField};
+use crate::details::{Details, UsedField};
 use crate::gate::to_time;
 use crate::reception::Reception;
 
@@ -90,18 +90,8 @@ impl Plan {
         let id: Identity = identity::identify(t, r.origin(), doc, &r.headers, salt);
         // `identify` walks the hierarchy in order and stops at the first key, so the skipped
         // strategies are the first ones of the type's list.
-        let skipped: Vec<Skipped> = id
-            .skipped
-            .iter()
-            .zip(&t.strategies)
-            .map(|(s, def)| Skipped {
-                name: def.name.clone(),
-                version: def.version,
-                why: s.why.clone(),
-            })
-            .collect();
         let mut details = Details {
-            skipped,
+            skipped: id.skipped.clone(),
             notes: id.notes.clone(),
             criticality: Some(t.criticality.as_str().to_owned()),
             ..Details::default()
@@ -110,7 +100,7 @@ impl Plan {
             let missing = id
                 .skipped
                 .iter()
-                .map(|s| format!("{}: {}", s.strategy, s.why))
+                .map(|s| format!("{}: {}", s.label(), s.why))
                 .collect::<Vec<_>>()
                 .join("; ");
             return Plan {

@@ -382,13 +382,20 @@ fn key_json_exits_1_with_a_null_key_when_no_strategy_applies() {
         1,
     );
     assert_eq!(none["effect_key"], Value::Null, "{none}");
-    let skipped: Vec<&str> = none["skipped_strategies"]
+    // The proofs' shape: name, version, why.
+    let skipped: Vec<(&str, u64)> = none["skipped_strategies"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| s["strategy"].as_str().unwrap())
+        .map(|s| {
+            assert!(s["why"].is_string(), "{s}");
+            (s["name"].as_str().unwrap(), s["version"].as_u64().unwrap())
+        })
         .collect();
-    assert_eq!(skipped, ["refund-request-ref@1", "refund-fingerprint@1"]);
+    assert_eq!(
+        skipped,
+        [("refund-request-ref", 1), ("refund-fingerprint", 1)]
+    );
     assert_eq!(none["transport_strength"], "weak");
 }
 

@@ -62,7 +62,7 @@ fn skipped_strategies_say_why() {
     let body = CAPTURE.replace(r#""capture_id":"cap_1","#, "");
     let i = id_of(&c, "payflow", "payment.captured", LIVE, &body);
     assert_eq!(i.skipped.len(), 1);
-    assert_eq!(i.skipped[0].strategy, "capture-id@1");
+    assert_eq!(i.skipped[0].label(), "capture-id@1");
     assert_eq!(i.skipped[0].why, "field /data/capture_id is absent");
     assert_eq!(i.effect.as_ref().unwrap().strategy, "capture-per-payment");
     let null_ref = CAPTURE.replace(r#""cap_1""#, "null");

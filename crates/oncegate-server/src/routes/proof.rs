@@ -18,8 +18,7 @@ use crate::auth::{Caller, Role};
 use crate::error::{ApiError, Problem};
 use crate::state::AppState;
 use crate::wire::{
-    self, DecisionBody, EffectBody, ErrorBody, LinkBody, ProofBody, ResolutionBody, SkippedBody,
-    StrategyBody,
+    self, DecisionBody, EffectBody, ErrorBody, LinkBody, ProofBody, ResolutionBody, StrategyBody,
 };
 use oncegate::details::Details;
 
@@ -207,15 +206,7 @@ pub(crate) async fn build_from(
         transport_strength: delivery.transport_key.as_ref().map(|t| t.strength.as_str()),
         raw_sha256: delivery.body_sha256.clone(),
         size: delivery.size,
-        skipped_strategies: details
-            .skipped
-            .iter()
-            .map(|s| SkippedBody {
-                name: s.name.clone(),
-                version: s.version,
-                why: s.why.clone(),
-            })
-            .collect(),
+        skipped_strategies: details.skipped.clone(),
         linked_deliveries: effect
             .as_ref()
             .map(|e| {
