@@ -2,8 +2,8 @@
 //! a SQLite store in a temporary directory): arbitrary bytes and headers never panic, and each
 //! delivery is journaled with its decision or its refusal, read back from the store.
 //!
-//! The input is one byte choosing the provider, the environment and whether a `process` is
-//! completed; then lines up to the first empty one: the tenant, then `name: value` headers;
+//! The input is one byte choosing the provider, the environment, whether a `process` is
+//! completed and whether the transport refused the sender (`Gate::refuse`); then lines up to the first empty one: the tenant, then `name: value` headers;
 //! the rest is the body.
 #![no_main]
 
@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use oncegate::core::identity::body_hash;
-use oncegate::{Gate, Outcome, Reception};
+use oncegate::{Gate, Outcome, Reception, Refusal, RefusalKind};
 use tokio::runtime::Runtime;
 
 const PROVIDERS: [&str; 4] = ["payflow", "shopline", "ledgerly", "undeclared"];
@@ -54,6 +54,7 @@ fuzz_target!(|data: &[u8]| {
     let provider = PROVIDERS[usize::from(choice & 3)];
     let env = ENVS[usize::from(choice >> 2 & 3) % ENVS.len()];
     let complete = choice & 0x10 != 0;
+    let refused = choice & 0x20 != 0;
     let (head, body) = match rest.windows(2).position(|w| w == b"\n\n") {
         Some(at) => (&rest[..at], &rest[at + 2..]),
         None => (&[][..], rest),
@@ -69,10 +70,19 @@ fuzz_target!(|data: &[u8]| {
 
     let gate = gate();
     runtime().block_on(async {
-        let outcome = gate
-            .deliver(reception)
-            .await
-            .unwrap_or_else(|e| panic!("a delivery was not decided: {e}"));
+        let outcome = if refused {
+            let why = Refusal::new(
+                RefusalKind::BadSignature,
+                "the signature in the x-signature header does not match the body",
+            );
+            let outcome = gate.refuse(reception, why).await;
+            let outcome = outcome.unwrap_or_else(|e| panic!("a refusal was not recorded: {e}"));
+            assert!(matches!(outcome, Outcome::Rejected(_)), "{outcome:?}");
+            outcome
+        } else {
+            let outcome = gate.deliver(reception).await;
+            outcome.unwrap_or_else(|e| panic!("a delivery was not decided: {e}"))
+        };
         let proof = outcome.proof().clone();
         let stored = gate
             .store()
