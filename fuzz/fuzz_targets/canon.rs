@@ -75,7 +75,7 @@ impl Spelling {
     }
 
     fn one_in(&mut self, n: u64) -> bool {
-        self.next() % n == 0
+        self.next().is_multiple_of(n)
     }
 
     fn space(&mut self, out: &mut String) {
