@@ -157,8 +157,11 @@ impl Normalization {
             Normalization::Utc => {
                 let parsed = OffsetDateTime::parse(s, &Rfc3339)
                     .map_err(|e| format!("{s:?} is not an RFC 3339 date-time ({e})"))?;
+                // An instant near the end of year 9999 with a negative offset is past it in
+                // UTC: `to_offset` would panic there.
                 *s = parsed
-                    .to_offset(UtcOffset::UTC)
+                    .checked_to_offset(UtcOffset::UTC)
+                    .ok_or_else(|| format!("{s:?} cannot be written in UTC (past year 9999)"))?
                     .format(&Rfc3339)
                     .map_err(|e| format!("{s:?} cannot be written in UTC ({e})"))?;
             }
@@ -341,6 +344,22 @@ mod tests {
             Ok("2024-05-01T12:30:00.25Z"),
         );
         check(Normalization::Utc, "yesterday", Err("not an RFC 3339"));
+        // Found by fuzzing a delivery through the gate: this panicked the pipeline.
+        check(
+            Normalization::Utc,
+            "9999-12-31T23:59:59-01:00",
+            Err("cannot be written in UTC (past year 9999)"),
+        );
+        check(
+            Normalization::Utc,
+            "9999-12-31T22:59:59-01:00",
+            Ok("9999-12-31T23:59:59Z"),
+        );
+        check(
+            Normalization::Utc,
+            "0000-01-01T00:00:00+01:00",
+            Err("cannot be written in UTC"),
+        );
         let decimal = |input: Value| {
             let mut v = input;
             Normalization::Decimal

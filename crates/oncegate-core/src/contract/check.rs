@@ -5,6 +5,26 @@ use super::event_type::event_type_def;
 use super::raw::*;
 use super::*;
 
+/// The sentence for a file that is not TOML. The parser leaves its message empty for some
+/// refusals (a control character in a comment), so one is written from what is at the place.
+fn toml_message(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim();
+    if !message.is_empty() {
+        return message.to_owned();
+    }
+    let at = e
+        .span()
+        .and_then(|s| text.get(s.start..))
+        .and_then(|t| t.chars().next());
+    match at {
+        Some(c) if c.is_control() => format!(
+            "the control character U+{:04X} is not allowed here (not even in a comment)",
+            u32::from(c)
+        ),
+        _ => "the text is not valid TOML here".to_owned(),
+    }
+}
+
 /// Collects errors with their location while validating.
 pub(super) struct Checker<'a> {
     pub(super) file: &'a str,
@@ -225,7 +245,7 @@ pub fn parse(file: &str, text: &str) -> Result<Contract, ContractErrors> {
             provider: None,
             event_type: None,
             field: None,
-            message: e.message().trim().to_owned(),
+            message: toml_message(text, &e),
         }])
     })?;
     let mut c = Checker {

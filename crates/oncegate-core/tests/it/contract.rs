@@ -200,6 +200,19 @@ fn toml_syntax_errors_carry_the_line() {
 }
 
 #[test]
+fn a_control_character_in_a_comment_is_refused_with_a_sentence() {
+    // Found by fuzzing (fuzz/fuzz_targets/contract.rs): the TOML parser's own message for a
+    // NUL in a comment is empty, which left the error saying nothing after its line.
+    let e = errors("[settings]\n# a comment with a \0 in it\nlease = \"30s\"\n");
+    assert_eq!(e.0.len(), 1, "{e}");
+    assert_eq!(e.0[0].line, Some(2));
+    assert_eq!(
+        e.0[0].message,
+        "the control character U+0000 is not allowed here (not even in a comment)"
+    );
+}
+
+#[test]
 fn all_errors_are_reported_together() {
     let e = errors("[settings]\nlease = \"x\"\nhorizon = \"y\"\n");
     assert_eq!(e.0.len(), 2, "{e}");
