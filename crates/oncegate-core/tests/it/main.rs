@@ -4,6 +4,7 @@
 
 mod canon;
 mod contract;
+mod contract_reference;
 mod identity;
 mod json_suite;
 mod matrix;
