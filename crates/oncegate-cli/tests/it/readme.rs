@@ -236,6 +236,16 @@ fn the_quick_starts_event_gets_a_key_from_the_catalogs_contract() {
     }
 }
 
+/// A served process, killed if the test ends before it stops it.
+struct Served(std::process::Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `serve` with the quick start's environment answers the quick start's signed curl as the
 /// README says, and `explain` then proves the decision the README shows.
 #[tokio::test]
@@ -265,11 +275,10 @@ async fn the_quick_starts_signed_delivery_is_answered_as_the_readme_says() {
     for (name, value) in &qs.env {
         serve.env(name, value);
     }
-    let mut child = serve.spawn().expect("the binary starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut child = Served(serve.spawn().expect("the binary starts"));
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
     let address = loop {
         let Some(Ok(line)) = lines.next() else {
-            let _ = child.kill();
             panic!("serve stopped before listening");
         };
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
@@ -310,8 +319,8 @@ async fn the_quick_starts_signed_delivery_is_answered_as_the_readme_says() {
     let delivery = answer["delivery_id"].as_str().unwrap();
     let explain = oncegate(dir.path(), &["explain", delivery, "--store", &store], "");
     let report = oncegate(dir.path(), &["report", "--store", &store], "");
-    crate::signal::terminate(&child);
-    let _ = child.wait();
+    crate::signal::terminate(&child.0);
+    let _ = child.0.wait();
     assert!(explain.status.success(), "{}", text(&explain.stderr));
     assert!(report.status.success(), "{}", text(&report.stderr));
     let shown = blocks(section("Quick start"), "text")
