@@ -1,7 +1,7 @@
 //! The JSON shapes of the HTTP contract (v1). These types exist only at the edge: the core and
 //! the store never see them, so a change of the wire shape never touches the decision matrix.
 //!
-//! Field names follow the HTTP contract (v1) in README.md exactly; fields marked "extra" are
+//! Field names follow the HTTP contract (v1) in docs/api.md exactly; fields marked "extra" are
 //! additions the contract allows.
 
 use oncegate_core::matrix::{Difference, Layer, Prior};

@@ -14,6 +14,7 @@ mod operation_scope;
 mod pipes;
 mod programs;
 mod queue;
+mod readme;
 mod reconcile;
 mod safety;
 mod serve;

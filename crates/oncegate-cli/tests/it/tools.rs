@@ -280,7 +280,7 @@ fn demo_tells_the_story_and_ends_with_a_zero_gap() {
 /// order of its first appearance (`<dlv 3>`), so a transcript that names another delivery or
 /// effect where it should name the same one still differs; times, the port, the temporary path
 /// and the reconciler's delay become placeholders.
-fn masked(transcript: &str) -> String {
+pub(crate) fn masked(transcript: &str) -> String {
     let mut seen: Vec<String> = Vec::new();
     let mut out = String::new();
     let b = transcript.as_bytes();
