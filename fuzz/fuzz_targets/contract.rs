@@ -57,8 +57,8 @@ fuzz_target!(|data: &[u8]| {
             let _ = transport_key(origin, Some("dlv-1"), body.as_bytes());
             for t in provider.types.values() {
                 let _ = normalized(t, &doc);
-                let _ = identify(t, origin, &doc, salt);
-                let _ = shadow_identities(t, origin, &doc, salt);
+                let _ = identify(t, origin, &doc, &headers, salt);
+                let _ = shadow_identities(t, origin, &doc, &headers, salt);
             }
         }
     }
