@@ -68,6 +68,12 @@ fn schemes() -> &'static [(Scheme, &'static [&'static str])] {
             ),
             (Scheme::Github, &["x-hub-signature-256"][..]),
             (Scheme::Shopify, &["x-shopify-hmac-sha256"][..]),
+            (
+                Scheme::Square {
+                    url: "https://hooks.example/square".into(),
+                },
+                &["x-square-hmacsha256-signature"][..],
+            ),
         ]
     })
 }
@@ -243,6 +249,12 @@ fn signed<'a>(
             set("x-shopify-hmac-sha256", b64(&mac(b"", body)));
             false
         }
+        Scheme::Square { url } => {
+            set("x-square-hmacsha256-signature", b64(&mac(url.as_bytes(), body)));
+            false
+        }
+        // Adyen's signatures are in the body, one per item: not a header scheme.
+        Scheme::Adyen => return,
     };
     let result = secrets.verify("p", scheme, &headers, body, now);
     let expected = match (timestamped, ts.parse::<i64>()) {
