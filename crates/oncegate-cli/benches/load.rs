@@ -648,11 +648,10 @@ mod seed {
                  INSERT INTO effect_index (scope_hash, effect_id, expires_at) SELECT printf('%064d', i), printf('eff_%026d', i), NULL FROM n;
                  INSERT INTO deliveries (id, tenant, provider, env, event_type, received_at, size, body_sha256, headers_json, transport_key, transport_strength)
                    SELECT printf('dlv_%026d', i), 'acme', 'payflow', 'live', 'payment.captured', 0, 10, printf('%064d', i), '{{}}', printf('%064d', i), 'weak' FROM n;
-                 INSERT INTO links (effect_id, delivery_id, kind, at) SELECT printf('eff_%026d', i), printf('dlv_%026d', i), 'reserved', 0 FROM n;
                  INSERT INTO proofs (delivery_id, tenant, provider, env, event_type, decided_at, prior, transport, action, reason, flags, rule,
-                   matrix_version, effect_id, differences, details)
+                   matrix_version, effect_id, differences, details, link_kind)
                    SELECT printf('dlv_%026d', i), 'acme', 'payflow', 'live', 'payment.captured', 0, 'none', 'none', 'process', 'seeded', '[]', 'seed',
-                   1, printf('eff_%026d', i), '[]', '{{}}' FROM n;
+                   1, printf('eff_%026d', i), '[]', '{{}}', 'reserved' FROM n;
                  COMMIT;"
             ))
             .expect("seed SQLite");
@@ -672,12 +671,10 @@ mod seed {
                      INSERT INTO deliveries (id, tenant, provider, env, event_type, received_at, size, body_sha256, headers_json, transport_key, transport_strength)
                        SELECT 'dlv_' || lpad(i::text, 26, '0'), 'acme', 'payflow', 'live', 'payment.captured', 0, 10, lpad(i::text, 64, '0'), '{{}}',
                        lpad(i::text, 64, '0'), 'weak' FROM generate_series(1, {count}) i;
-                     INSERT INTO links (effect_id, delivery_id, kind, at) SELECT 'eff_' || lpad(i::text, 26, '0'), 'dlv_' || lpad(i::text, 26, '0'),
-                       'reserved', 0 FROM generate_series(1, {count}) i;
                      INSERT INTO proofs (delivery_id, tenant, provider, env, event_type, decided_at, prior, transport, action, reason, flags, rule,
-                       matrix_version, effect_id, differences, details)
+                       matrix_version, effect_id, differences, details, link_kind)
                        SELECT 'dlv_' || lpad(i::text, 26, '0'), 'acme', 'payflow', 'live', 'payment.captured', 0, 'none', 'none', 'process', 'seeded',
-                       '[]', 'seed', 1, 'eff_' || lpad(i::text, 26, '0'), '[]', '{{}}' FROM generate_series(1, {count}) i;
+                       '[]', 'seed', 1, 'eff_' || lpad(i::text, 26, '0'), '[]', '{{}}', 'reserved' FROM generate_series(1, {count}) i;
                      COMMIT; ANALYZE;"
                 ))
                 .await

@@ -272,7 +272,12 @@ pub(crate) async fn read<T: Tx + Send>(tx: &mut T, id: &EffectId) -> Result<Opti
     let mut record = record_from(row)?;
     let links = tx
         .query(
-            "SELECT l.delivery_id, l.kind, l.at FROM links l WHERE l.effect_id = $1 ORDER BY l.at, l.delivery_id",
+            // A decision's link is a column of its proof (schema v10); `links` holds the ones
+            // made after a decision (resolutions, claims) and those decided before v10.
+            "SELECT l.delivery_id, l.kind, l.at FROM links l WHERE l.effect_id = $1 \
+             UNION ALL SELECT p.delivery_id, p.link_kind, p.decided_at FROM proofs p \
+             WHERE p.effect_id = $1 AND p.link_kind IS NOT NULL \
+             ORDER BY 3, 1, 2",
             &[text(id.as_str())],
         )
         .await?;

@@ -122,7 +122,8 @@ pub(crate) async fn purge<T: Tx + Send>(
     let kept = tx
         .query(
             "SELECT COUNT(*) FROM effects e WHERE e.durable = TRUE \
-             AND NOT EXISTS (SELECT 1 FROM links l WHERE l.effect_id = e.id)",
+             AND NOT EXISTS (SELECT 1 FROM links l WHERE l.effect_id = e.id) \
+             AND NOT EXISTS (SELECT 1 FROM proofs p WHERE p.effect_id = e.id AND p.link_kind IS NOT NULL)",
             &[],
         )
         .await?;

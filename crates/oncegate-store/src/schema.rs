@@ -167,6 +167,7 @@ pub(crate) fn sqlite() -> Vec<(i64, String)> {
         (7, LEANER_INDEXES.to_owned()),
         (8, SQLITE_CLUSTERED.to_owned()),
         (9, TIME_BY_ID.to_owned()),
+        (10, format!("{LINKS_IN_PROOFS}{SQLITE_CLUSTERED_DECISIONS}")),
     ]
 }
 
@@ -184,8 +185,52 @@ pub(crate) fn postgres() -> Vec<(i64, String)> {
         // have no such choice, so its version 8 changes nothing.
         (8, "SELECT 1".to_owned()),
         (9, TIME_BY_ID.to_owned()),
+        (10, LINKS_IN_PROOFS.to_owned()),
     ]
 }
+
+/// Version 10: a decision's link to its effect is a column of its proof, not a row of
+/// `links`. The proof already names the effect (`effect_id`, indexed), so the link row and its
+/// two index entries repeated it for every decision that reserved, took over or linked an
+/// effect. `links` keeps the links made after a decision (a resolution's, a claim's) and every
+/// link written before this version: nothing is moved, and an effect's record reads both.
+const LINKS_IN_PROOFS: &str = "ALTER TABLE proofs ADD COLUMN link_kind TEXT;\n";
+
+/// Version 10, SQLite only: the proofs and the effects become `WITHOUT ROWID` tables, stored in
+/// the B-tree of their primary key, as version 8 did for the index slots and the links. A rowid
+/// table with a text primary key is two B-trees (the rows, and the key's unique index), so each
+/// decision wrote its proof in two trees, and each reservation and complete its effect in two.
+/// Their rows are a few hundred bytes and their ids grow with time (ULIDs), so the rows are
+/// appended at the tree's right edge. The journal (`deliveries`) stays a rowid table: it holds
+/// the raw bodies, which SQLite advises against storing in a clustered tree.
+const SQLITE_CLUSTERED_DECISIONS: &str = "\
+CREATE TABLE proofs_v10 (delivery_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, provider TEXT NOT NULL, env TEXT NOT NULL, \
+event_type TEXT, decided_at BIGINT NOT NULL, strategy_name TEXT, strategy_version BIGINT, strategy_level TEXT, key_value TEXT, \
+confidence TEXT, prior TEXT NOT NULL, transport TEXT NOT NULL, action TEXT NOT NULL, layer TEXT, reason TEXT NOT NULL, \
+flags TEXT NOT NULL, rule TEXT NOT NULL, matrix_version BIGINT NOT NULL, reference_delivery TEXT, effect_id TEXT, \
+queue_item_id TEXT, differences TEXT NOT NULL, details TEXT NOT NULL, link_kind TEXT) WITHOUT ROWID;
+INSERT INTO proofs_v10 SELECT delivery_id, tenant, provider, env, event_type, decided_at, strategy_name, strategy_version, \
+strategy_level, key_value, confidence, prior, transport, action, layer, reason, flags, rule, matrix_version, reference_delivery, \
+effect_id, queue_item_id, differences, details, link_kind FROM proofs;
+DROP TABLE proofs;
+ALTER TABLE proofs_v10 RENAME TO proofs;
+CREATE INDEX IF NOT EXISTS proofs_effect ON proofs (effect_id);
+CREATE INDEX IF NOT EXISTS proofs_key ON proofs (key_value);
+CREATE TABLE effects_v10 (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, provider TEXT NOT NULL, env TEXT NOT NULL, event_type TEXT, \
+strategy_name TEXT, strategy_version BIGINT, strategy_level TEXT, key_value TEXT, scope_hash TEXT, durable BOOLEAN NOT NULL, \
+state TEXT NOT NULL, fencing_token BIGINT NOT NULL, lease_until BIGINT, holder TEXT, discriminants TEXT NOT NULL, result TEXT, \
+error TEXT, authoritative_ref TEXT, first_delivery TEXT NOT NULL, queue_item_id TEXT, created_at BIGINT NOT NULL, \
+updated_at BIGINT NOT NULL, resource TEXT, critical BOOLEAN NOT NULL DEFAULT TRUE) WITHOUT ROWID;
+INSERT INTO effects_v10 SELECT id, tenant, provider, env, event_type, strategy_name, strategy_version, strategy_level, key_value, \
+scope_hash, durable, state, fencing_token, lease_until, holder, discriminants, result, error, authoritative_ref, first_delivery, \
+queue_item_id, created_at, updated_at, resource, critical FROM effects;
+DROP TABLE effects;
+ALTER TABLE effects_v10 RENAME TO effects;
+CREATE INDEX IF NOT EXISTS effects_scope ON effects (scope_hash, created_at);
+CREATE INDEX IF NOT EXISTS effects_leases ON effects (lease_until) WHERE state = 'reserved';
+CREATE INDEX IF NOT EXISTS effects_released ON effects (created_at) WHERE state = 'released';
+CREATE INDEX IF NOT EXISTS effects_resource ON effects (tenant, provider, env, event_type, resource);
+";
 
 /// Version 9: deliveries are found by time through their ids. A delivery's id is a ULID of
 /// its reception time, so a range of reception times is a range of ids on the primary key
@@ -510,6 +555,114 @@ mod tests {
         // The unique keys still decide: a second slot for a live key is refused.
         assert!(conn
             .execute("INSERT INTO effect_index VALUES ('h1', 'eff_9', NULL)", [])
+            .is_err());
+    }
+
+    /// Version 10 rebuilds the proofs and the effects: a database at version 9 keeps every
+    /// row, column by column, the links written before it stay where they were, and both tables
+    /// come out clustered with their indexes.
+    #[test]
+    fn sqlite_version_10_keeps_every_proof_and_effect() {
+        let conn = Connection::open_in_memory().unwrap();
+        for (version, sql) in super::sqlite() {
+            if version <= 9 {
+                conn.execute_batch(&sql).unwrap();
+            }
+        }
+        conn.execute_batch(
+            "INSERT INTO effects (id, tenant, provider, env, event_type, strategy_name, strategy_version, strategy_level, \
+               key_value, scope_hash, durable, state, fencing_token, lease_until, holder, discriminants, result, error, \
+               authoritative_ref, first_delivery, queue_item_id, created_at, updated_at, resource, critical) \
+             VALUES ('eff_1', 'acme', 'payflow', 'live', 'refund.created', 'business_ref', 2, 'business_ref', 'rf_1', 'h1', 1, \
+               'completed', 3, NULL, 'w1', '{\"amount\":\"10\"}', '{\"ok\":true}', NULL, NULL, 'dlv_1', NULL, 5, 6, 'ch_1', 0), \
+               ('eff_2', 'acme', 'payflow', 'live', NULL, NULL, NULL, NULL, NULL, NULL, 0, 'reserved', 1, 99, NULL, '{}', NULL, \
+               NULL, NULL, 'dlv_2', NULL, 7, 7, NULL, 1);
+             INSERT INTO proofs (delivery_id, tenant, provider, env, event_type, decided_at, strategy_name, strategy_version, \
+               strategy_level, key_value, confidence, prior, transport, action, layer, reason, flags, rule, matrix_version, \
+               reference_delivery, effect_id, queue_item_id, differences, details) \
+             VALUES ('dlv_1', 'acme', 'payflow', 'live', 'refund.created', 5, 'business_ref', 2, 'business_ref', 'rf_1', 'high', \
+               'none', 'none', 'process', 'effect', 'new', '[]', 'R1', 3, NULL, 'eff_1', NULL, '[]', '{\"v\":1}');
+             INSERT INTO links VALUES ('eff_1', 'dlv_1', 'reserved', 5);",
+        )
+        .unwrap();
+        let (_, v10) = super::sqlite().into_iter().find(|(v, _)| *v == 10).unwrap();
+        conn.execute_batch(&v10).unwrap();
+
+        let effect: (String, i64, Option<String>, String, String, i64) = conn
+            .query_row(
+                "SELECT state, fencing_token, holder, discriminants, resource, critical FROM effects WHERE id = 'eff_1'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            effect,
+            (
+                "completed".into(),
+                3,
+                Some("w1".into()),
+                "{\"amount\":\"10\"}".into(),
+                "ch_1".into(),
+                0
+            )
+        );
+        assert_eq!(
+            count(
+                &conn,
+                "SELECT COUNT(*) FROM effects WHERE state = 'reserved' AND lease_until = 99"
+            ),
+            1
+        );
+        let proof: (String, String, i64, Option<String>) = conn
+            .query_row(
+                "SELECT effect_id, details, matrix_version, link_kind FROM proofs WHERE delivery_id = 'dlv_1'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap();
+        assert_eq!(proof, ("eff_1".into(), "{\"v\":1}".into(), 3, None));
+        assert_eq!(
+            count(
+                &conn,
+                "SELECT COUNT(*) FROM links WHERE effect_id = 'eff_1'"
+            ),
+            1
+        );
+        for table in ["proofs", "effects"] {
+            let sql: String = conn
+                .query_row(
+                    "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                    [table],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert!(sql.ends_with("WITHOUT ROWID"), "{table}: {sql}");
+        }
+        for index in [
+            "proofs_effect",
+            "proofs_key",
+            "effects_scope",
+            "effects_leases",
+            "effects_released",
+            "effects_resource",
+        ] {
+            assert_eq!(
+                count(
+                    &conn,
+                    &format!("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = '{index}'")
+                ),
+                1,
+                "{index}"
+            );
+        }
+        // The primary keys still decide: a second proof of a delivery is refused.
+        assert!(conn
+            .execute(
+                "INSERT INTO proofs (delivery_id, tenant, provider, env, decided_at, prior, transport, action, reason, \
+                 flags, rule, matrix_version, differences, details) \
+                 VALUES ('dlv_1', 'acme', 'payflow', 'live', 9, 'none', 'none', 'process', 'new', '[]', 'R1', 3, '[]', '{}')",
+                [],
+            )
             .is_err());
     }
 }

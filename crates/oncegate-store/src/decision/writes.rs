@@ -94,6 +94,10 @@ pub(crate) fn prepare(
     let mut effect = None;
     let mut reservation = None;
     let mut queue_item = None;
+    // How the delivery is linked to its effect, if it is: written in the proof's own row (the
+    // effect's record reads its deliveries from the proofs and from `links`, which keeps the
+    // links made after a decision: resolutions, claims).
+    let mut link: Option<LinkKind> = None;
     // The one conditional write that settles a race, if the plan has one, and everything
     // after it, kept only if it changed a row: all sent at once where the backend can (one
     // statement and one round trip on PostgreSQL).
@@ -122,7 +126,6 @@ pub(crate) fn prepare(
             resource: req.resource.as_deref(),
             critical: req.critical,
         }));
-        writes.push(effect::link(id, &req.delivery, LinkKind::Reserved, now));
         Ok::<_, StoreError>(Reservation {
             effect: id.clone(),
             fencing_token: 1,
@@ -146,6 +149,7 @@ pub(crate) fn prepare(
                 vec![text(hash.as_str()), text(id.as_str()), opt_int(expires), int(now)],
             ));
             reservation = Some(reserve_new(&mut writes, &id, Some(hash.as_str()))?);
+            link = Some(LinkKind::Reserved);
             effect = Some(id);
         }
         Plan::Takeover { effect: id, token } => {
@@ -158,7 +162,7 @@ pub(crate) fn prepare(
                  AND (state IN ('failed_retryable', 'unknown') OR (state = 'reserved' AND lease_until <= $4))",
                 vec![text(id.as_str()), int(token as i64), int(lease_until), int(now)],
             ));
-            writes.push(effect::link(&id, &req.delivery, LinkKind::Reserved, now));
+            link = Some(LinkKind::Reserved);
             reservation = Some(Reservation {
                 effect: id.clone(),
                 fencing_token: token + 1,
@@ -169,10 +173,11 @@ pub(crate) fn prepare(
         Plan::ReserveUnindexed => {
             let id = EffectId::from_u128(new_id(req.now));
             reservation = Some(reserve_new(&mut writes, &id, hash.as_deref())?);
+            link = Some(LinkKind::Reserved);
             effect = Some(id);
         }
         Plan::Link { effect: id, kind } => {
-            writes.push(effect::link(&id, &req.delivery, kind, now));
+            link = Some(kind);
             effect = Some(id);
         }
         Plan::Queue(kind) => {
@@ -239,8 +244,8 @@ pub(crate) fn prepare(
     writes.push((
         "INSERT INTO proofs (delivery_id, tenant, provider, env, event_type, decided_at, strategy_name, strategy_version, \
          strategy_level, key_value, confidence, prior, transport, action, layer, reason, flags, rule, matrix_version, \
-         reference_delivery, effect_id, queue_item_id, differences, details) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)",
+         reference_delivery, effect_id, queue_item_id, differences, details, link_kind) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)",
             vec![
                 text(req.delivery.as_str()),
                 text(scope.tenant.as_str()),
@@ -266,6 +271,7 @@ pub(crate) fn prepare(
                 opt_text(queue_item.as_ref().map(QueueItemId::as_str)),
                 text(codes::differences_json(&view.differences)),
                 text(req.details_json.as_str()),
+                opt_text(link.map(LinkKind::as_str)),
             ],
     ));
     let existing_result = if decision.action == Action::Ignore {
