@@ -1,6 +1,7 @@
 //! The gate: one contract, one store and one salt, and the pipeline every delivery goes
-//! through after its sender was authenticated — journal, identify, read the breaker, run the
-//! shadows, decide in the store, count — whatever transport brought it.
+//! through after its sender was authenticated — identify, journal, run the shadows, decide in
+//! the store (whose view also reads the strategy's breaker), count — whatever transport brought
+//! it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
