@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use oncegate_core::contract::Contract;
 use oncegate_core::ids::{DeliveryId, EffectId};
-use oncegate_core::json::{self, JsonErrorKind, Limits};
-use oncegate_core::matrix::{self, Action, Confidence, Difference, Rejection, Situation};
+use oncegate_core::json::Limits;
+use oncegate_core::matrix::{self, Confidence, Difference, Rejection, Situation};
 use oncegate_store::{DecideOutcome, DecideRequest, PriorView, Store};
 use time::OffsetDateTime;
 
@@ -18,9 +18,10 @@ use crate::details::Details;
 use crate::error::GateError;
 use crate::metrics::{DeliveryLabels, Metrics};
 use crate::outcome::{Held, Outcome, Proof, Rejected};
-use crate::plan::{self, Plan};
-use crate::reception::{Cut, Reception};
-use crate::refusal::{Refusal, RefusalKind};
+use crate::pipeline::{self, label_or, Identified};
+use crate::plan;
+use crate::reception::Reception;
+use crate::refusal::Refusal;
 use crate::{breaker, shadow};
 
 /// Where the gate reads the time. Tests inject a fixed or stepped clock; production uses
@@ -277,105 +278,47 @@ impl Gate {
         Held::rebuilt(self.clone(), effect, fencing)
     }
 
+    /// A delivery's pipeline, stage by stage: refuse, parse, identify (`pipeline`, pure), then
+    /// decide (journal, shadows, the store's decision) and answer (count, log, settle, proof).
     async fn pipeline(&self, r: Reception) -> Result<Outcome, GateError> {
         let started = Instant::now();
         let received_at = r.received_at.unwrap_or_else(|| self.now());
         let contract = self.contract().clone();
-        let provider = contract.provider(&r.provider);
-        // A body cut at its deadline is refused like one cut by its sender (journaled with the
-        // size and hash of what arrived), under its own code.
-        match r.body.cut_by() {
-            Some(Cut::Late(sentence)) => {
-                let refusal = Refusal::new(RefusalKind::BodyTimeout, sentence.clone());
-                return self.reject(&r, received_at, started, refusal).await;
-            }
-            Some(Cut::Broken) => {
-                let refusal = Refusal::new(
-                    RefusalKind::IncompleteBody,
-                    "the body could not be read to its end",
-                );
-                return self.reject(&r, received_at, started, refusal).await;
-            }
-            Some(Cut::OverLimit) => {
-                let f = format!(
-                    "the body of {} bytes is over the limit of {} bytes",
-                    r.body.size(),
-                    self.0.limits.max_bytes
-                );
-                let refusal = Refusal::new(RefusalKind::TooLarge, f);
-                return self.reject(&r, received_at, started, refusal).await;
-            }
-            None => {}
-        }
-        let environments = &contract.environments;
-        if !environments.is_empty() && !environments.iter().any(|e| e == &r.env) {
-            let f = format!(
-                "environment {:?} is not one the contract declares ({})",
-                r.env,
-                environments.join(", ")
-            );
-            let refusal = Refusal::new(RefusalKind::UnknownEnvironment, f);
+        if let Some(refusal) = pipeline::refusal(&r, &contract, &self.0.limits) {
             return self.reject(&r, received_at, started, refusal).await;
         }
-        let doc = match json::parse(r.body.bytes(), &self.0.limits) {
+        let doc = match pipeline::parse(&r, &self.0.limits) {
             Ok(doc) => doc,
-            Err(e) => {
-                let refusal = match e.kind {
-                    JsonErrorKind::TooLarge { .. } => {
-                        Refusal::new(RefusalKind::TooLarge, format!("the {e}"))
-                    }
-                    _ => Refusal::new(
-                        RefusalKind::MalformedJson,
-                        format!("the body is not acceptable JSON: {e}"),
-                    ),
-                };
-                return self.reject(&r, received_at, started, refusal).await;
-            }
+            Err(refusal) => return self.reject(&r, received_at, started, refusal).await,
         };
+        let (identified, entry) = pipeline::identify(&contract, &r, &doc, self.salt(), received_at);
+        let decided = self
+            .decide(&r, &doc, &identified, entry, received_at)
+            .await?;
+        self.answer(&r, identified, decided, received_at, started)
+            .await
+    }
 
-        // Identification: pure, from the contract.
-        let (event_type, event_type_note) = match provider {
-            None => (None, None),
-            Some(p) => match oncegate_core::identity::event_type_of(p, &r.headers, &doc) {
-                Ok(t) => (Some(t), None),
-                Err(why) => (None, Some(why)),
-            },
-        };
-        let type_def = match (provider, &event_type) {
-            (Some(p), Some(t)) => p.types.get(t),
-            _ => None,
-        };
-        let transport = plan::transport_key(&r, provider);
-        let plan = match type_def {
-            Some(t) => Plan::identified(provider, t, &r, &doc, self.salt()),
-            None => Plan::no_contract(
-                &r.provider,
-                provider.is_some(),
-                event_type.as_deref(),
-                event_type_note,
-            ),
-        };
-
-        let entry = plan::journal_entry(
-            &r,
-            received_at,
-            event_type.clone(),
-            Some(transport),
-            provider,
-        );
+    /// Stage 4, decide: journals the reception, runs the type's shadow strategies (when it has
+    /// any, before the decision, so their verdicts are part of the proof) and records the
+    /// store's decision.
+    async fn decide(
+        &self,
+        r: &Reception,
+        doc: &oncegate_core::json::Value,
+        identified: &Identified<'_>,
+        entry: oncegate_store::NewReception,
+        received_at: OffsetDateTime,
+    ) -> Result<Decided, GateError> {
+        let plan = &identified.plan;
+        let event_type = &identified.event_type;
         // The outcome does not repeat the differences the matrix saw, so the closure keeps the
         // last view's list (the store may run it more than once; the last run is the one
         // applied). The store may run the closure on another thread (SQLite's writer), so it
         // owns its state.
         let seen: Arc<std::sync::Mutex<Vec<Difference>>> = Arc::default();
         let shape = plan.shape.clone();
-        // The strategy's collision breaker, counted after the decision (the decision reads its
-        // position in its own view).
-        let breaker_scope = match (&plan.strategy, &event_type) {
-            (Some(s), Some(t)) => Some(breaker::scope(&r.provider, &r.env, t, s)),
-            _ => None,
-        };
-        let decide = {
+        let matrix = {
             let seen = seen.clone();
             move |view: &PriorView| {
                 *seen.lock().expect("differences lock") = view.differences.clone();
@@ -393,7 +336,7 @@ impl Gate {
             resource: plan.resource.clone(),
             critical: plan.critical,
         };
-        let shadowed = match (type_def, &event_type) {
+        let shadowed = match (identified.type_def, event_type) {
             (Some(t), Some(et)) if !t.shadow.is_empty() => Some((t, et)),
             _ => None,
         };
@@ -402,11 +345,11 @@ impl Gate {
                 let delivery = self.store().journal(entry).await?;
                 // Shadow strategies see the delivery before the decision so their verdicts are
                 // part of the proof; they never change it.
-                let shadows = shadow::verdicts(self, t, &r, &doc, et, &delivery, received_at).await;
+                let shadows = shadow::verdicts(self, t, r, doc, et, &delivery, received_at).await;
                 details.shadow = shadows.clone();
                 let decided = self
                     .store()
-                    .decide(request(delivery.clone(), &details), &decide)
+                    .decide(request(delivery.clone(), &details), &matrix)
                     .await;
                 (delivery, shadows, decided)
             }
@@ -416,70 +359,63 @@ impl Gate {
                 let pending = request(DeliveryId::from_u128(0), &details);
                 let (delivery, decided) = self
                     .store()
-                    .journal_and_decide(entry, pending, &decide)
+                    .journal_and_decide(entry, pending, &matrix)
                     .await?;
                 (delivery, Vec::new(), decided)
             }
         };
         let outcome = match decided {
             Ok(o) => o,
-            Err(e) => return Err(self.undecided(delivery, event_type, e.into())),
+            Err(e) => return Err(self.undecided(delivery, event_type.clone(), e.into())),
         };
+        let differences = std::mem::take(&mut *seen.lock().expect("differences lock"));
+        Ok(Decided {
+            delivery,
+            outcome,
+            details,
+            shadows,
+            differences,
+        })
+    }
+
+    /// Stage 5, answer: what follows a recorded decision (the reconciler woken, the breaker
+    /// counted, metrics and the log line, missed decisions settled, shadow disagreements
+    /// recorded, gateway mode's forward enqueued) and the outcome with its proof.
+    async fn answer(
+        &self,
+        r: &Reception,
+        identified: Identified<'_>,
+        decided: Decided,
+        received_at: OffsetDateTime,
+        started: Instant,
+    ) -> Result<Outcome, GateError> {
+        let Decided {
+            delivery,
+            outcome,
+            mut details,
+            shadows,
+            differences,
+        } = decided;
         if outcome.queue_item.is_some() {
             // Committed: the reconciler can attempt it now rather than at its next poll.
             self.wake().notify_one();
         }
-        if let Some(scope) = &breaker_scope {
+        if let Some(scope) = &identified.breaker {
             breaker::count(self, scope, &outcome).await;
         }
-        let differences = std::mem::take(&mut *seen.lock().expect("differences lock"));
-        let labels = DeliveryLabels {
-            provider: label_or(provider.is_some(), &r.provider, "(unknown)"),
-            env: r.env.clone(),
-            event_type: match (type_def, &event_type) {
-                (Some(_), Some(t)) => t.clone(),
-                _ => "(no contract)".to_owned(),
-            },
-            strategy: plan
-                .strategy
-                .as_ref()
-                .map(|s| format!("{}@{}", s.name, s.version))
-                .unwrap_or_default(),
-            level: plan
-                .strategy
-                .as_ref()
-                .map(|s| s.level.clone())
-                .unwrap_or_default(),
-            action: outcome.decision.action.as_str().to_owned(),
-        };
         self.metrics().decision(
-            labels,
-            plan.confidence.map(Confidence::as_str),
+            identified.labels(r, &outcome),
+            identified.plan.confidence.map(Confidence::as_str),
             &outcome.decision,
             started.elapsed(),
         );
-        tracing::info!(
-            delivery_id = %delivery,
-            tenant = %r.tenant,
-            provider = %r.provider,
-            env = %r.env,
-            event_type = event_type.as_deref().unwrap_or(""),
-            strategy = plan.strategy.as_ref().map(|s| s.name.as_str()).unwrap_or(""),
-            strategy_version = plan.strategy.as_ref().map(|s| s.version).unwrap_or(0),
-            level = plan.strategy.as_ref().map(|s| s.level.as_str()).unwrap_or(""),
-            action = outcome.decision.action.as_str(),
-            rule = outcome.decision.rule,
-            effect_id = outcome.effect.as_ref().map(|e| e.to_string()).unwrap_or_default(),
-            reference_delivery_id = outcome.reference_delivery.as_ref().map(|d| d.to_string()).unwrap_or_default(),
-            correlation_id = r.correlation_id.as_deref().unwrap_or(""),
-            "decision"
-        );
+        identified.log(r, &delivery, &outcome);
         // A decision recorded means the store is back: settle what it missed meanwhile.
         let waiting = self.settle_undecided().await;
         if waiting > 0 {
             tracing::debug!(waiting, "missed decisions still wait for the store");
         }
-        let disagreeing = match &event_type {
+        details.shadow = match &identified.event_type {
             Some(et) if !shadows.is_empty() => {
                 shadow::settle(
                     self,
@@ -494,28 +430,15 @@ impl Gate {
             }
             _ => Vec::new(),
         };
-        details.shadow = disagreeing;
-        // Gateway mode: the effect's forward is made durable before anyone hears `process`;
-        // the forwarder holds the effect from here on.
-        let forward = match (
-            type_def.and_then(|t| t.forward.as_ref()),
-            &outcome.reservation,
-        ) {
-            (Some(_), Some(reservation)) if outcome.decision.action == Action::Process => {
-                Some(oncegate_store::NewForward {
-                    effect: reservation.effect.clone(),
-                    fencing_token: reservation.fencing_token,
-                    delivery: delivery.clone(),
-                    tenant: r.tenant.clone(),
-                    provider: r.provider.clone(),
-                    env: r.env.clone(),
-                    event_type: event_type.clone(),
-                    due_at: received_at,
-                })
-            }
-            _ => None,
-        };
-        let proof = Proof::decided(delivery, event_type, &plan, differences, details, &outcome);
+        let forward = identified.forward(r, &delivery, &outcome, received_at);
+        let proof = Proof::decided(
+            delivery,
+            identified.event_type,
+            &identified.plan,
+            differences,
+            details,
+            &outcome,
+        );
         if let Some(forward) = forward {
             // Not enqueued (the store went away): the reservation's lease runs out and the
             // unknown-outcome path takes it (verify, or release for the forwarder to claim).
@@ -617,12 +540,13 @@ impl Gate {
     }
 }
 
-fn label_or(known: bool, value: &str, unknown: &str) -> String {
-    if known {
-        value.to_owned()
-    } else {
-        unknown.to_owned()
-    }
+/// What the decide stage recorded, for the answer stage.
+struct Decided {
+    delivery: DeliveryId,
+    outcome: DecideOutcome,
+    details: Details,
+    shadows: Vec<crate::details::ShadowVerdict>,
+    differences: Vec<Difference>,
 }
 
 /// A standard duration as a `time` one (saturating).

@@ -58,6 +58,7 @@ mod forwarder;
 mod gate;
 mod metrics;
 mod outcome;
+mod pipeline;
 mod plan;
 mod purge;
 mod reception;
