@@ -499,6 +499,26 @@ mod tests {
         conn.query_row(sql, [], |r| r.get(0)).unwrap()
     }
 
+    /// Each table is stored in its primary key's B-tree, and each index is there.
+    fn assert_clustered(conn: &Connection, tables: &[&str], indexes: &[&str]) {
+        for table in tables {
+            let sql: String = conn
+                .query_row(
+                    "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                    [table],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert!(sql.ends_with("WITHOUT ROWID"), "{table}: {sql}");
+        }
+        for index in indexes {
+            let sql = format!(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = '{index}'"
+            );
+            assert_eq!(count(conn, &sql), 1, "{index}");
+        }
+    }
+
     /// Version 8 rebuilds two tables that hold every live key and every link: a database at
     /// version 7 keeps each row, and the tables come out clustered with their indexes.
     #[test]
@@ -532,26 +552,11 @@ mod tests {
             count(&conn, "SELECT COUNT(*) FROM links WHERE delivery_id = 'dlv_2' AND kind = 'retry' AND at = 2"),
             1
         );
-        for table in ["effect_index", "links"] {
-            let sql: String = conn
-                .query_row(
-                    "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
-                    [table],
-                    |r| r.get(0),
-                )
-                .unwrap();
-            assert!(sql.ends_with("WITHOUT ROWID"), "{table}: {sql}");
-        }
-        for index in ["effect_index_expires", "links_delivery"] {
-            assert_eq!(
-                count(
-                    &conn,
-                    &format!("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = '{index}'")
-                ),
-                1,
-                "{index}"
-            );
-        }
+        assert_clustered(
+            &conn,
+            &["effect_index", "links"],
+            &["effect_index_expires", "links_delivery"],
+        );
         // The unique keys still decide: a second slot for a live key is refused.
         assert!(conn
             .execute("INSERT INTO effect_index VALUES ('h1', 'eff_9', NULL)", [])
@@ -628,33 +633,18 @@ mod tests {
             ),
             1
         );
-        for table in ["proofs", "effects"] {
-            let sql: String = conn
-                .query_row(
-                    "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
-                    [table],
-                    |r| r.get(0),
-                )
-                .unwrap();
-            assert!(sql.ends_with("WITHOUT ROWID"), "{table}: {sql}");
-        }
-        for index in [
-            "proofs_effect",
-            "proofs_key",
-            "effects_scope",
-            "effects_leases",
-            "effects_released",
-            "effects_resource",
-        ] {
-            assert_eq!(
-                count(
-                    &conn,
-                    &format!("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = '{index}'")
-                ),
-                1,
-                "{index}"
-            );
-        }
+        assert_clustered(
+            &conn,
+            &["proofs", "effects"],
+            &[
+                "proofs_effect",
+                "proofs_key",
+                "effects_scope",
+                "effects_leases",
+                "effects_released",
+                "effects_resource",
+            ],
+        );
         // The primary keys still decide: a second proof of a delivery is refused.
         assert!(conn
             .execute(
