@@ -5,7 +5,7 @@ use time::{Duration, OffsetDateTime};
 
 use crate::codes::{delivery_id_floor, duration_ms, from_ms, ms};
 use crate::error::StoreError;
-use crate::sql::{int, text, Tx};
+use crate::sql::{int, text, Dialect, Tx};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -131,5 +131,12 @@ pub(crate) async fn purge<T: Tx + Send>(
         Some(row) => row.int(0)?.max(0) as u64,
         None => 0,
     };
+    // SQLite keeps the pages the deletes freed inside its file unless told to give them back:
+    // with incremental auto-vacuum (every SQLite store this version creates) this moves them to
+    // the end of the file, which is cut at the commit (at the next checkpoint, in WAL mode).
+    // On a store without it, the pragma does nothing and the pages are reused by later writes.
+    if tx.dialect() == Dialect::Sqlite {
+        tx.query("PRAGMA incremental_vacuum", &[]).await?;
+    }
     Ok(counts)
 }

@@ -210,6 +210,13 @@ fn configure(conn: &Connection) -> Result<()> {
 fn open_writer(path: &Path) -> Result<Connection> {
     let mut conn = Connection::open(path).map_err(sqlite_err)?;
     configure(&conn)?;
+    // Pages the purge frees are given back to the file system by the purge itself
+    // (`PRAGMA incremental_vacuum`, `retention`), so the file shrinks with the retention
+    // instead of keeping its largest size. The mode only takes on a database without tables
+    // yet; a store created before keeps its freed pages for reuse (docs/operations.md says how
+    // to convert one).
+    conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")
+        .map_err(sqlite_err)?;
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
         .map_err(sqlite_err)?;

@@ -1,6 +1,7 @@
 //! SQLite's WAL is copied back into the database file by the store's own checkpoint thread,
 //! well before the writer's own checkpoint (at 1,000 pages) would; and the WAL still starts
-//! over, so its file stays bounded however long the writes go on.
+//! over, so its file stays bounded however long the writes go on; and the retention purge gives
+//! the pages it freed back, so the database file shrinks.
 
 use std::time::{Duration, Instant};
 
@@ -74,6 +75,64 @@ async fn the_wal_reaches_the_database_file_and_stays_bounded() {
         .await
         .expect("listed");
     assert_eq!(listed.len(), 3100, "every entry is kept");
+    drop(store);
+    backend.cleanup().await;
+}
+
+/// The retention purge gives the pages it freed back to the file system: after a purge of
+/// every delivery, the database file shrinks to a fraction of its size (at the next
+/// checkpoint), and what the purge kept still reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_file_shrinks_after_a_purge() {
+    let backend = Backend::sqlite().await;
+    let path = backend
+        .url
+        .strip_prefix("sqlite://")
+        .expect("a sqlite URL")
+        .to_owned();
+    let size = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let store = backend.open().await;
+    for n in 0..1000 {
+        store.journal(reception(n)).await.expect("journaled");
+    }
+    let kept = store
+        .journal(NewReception {
+            received_at: OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap(),
+            ..reception(1000)
+        })
+        .await
+        .expect("journaled");
+    // About 3 MB of bodies: wait until the checkpoint thread has copied them into the file.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while size() < 2_000_000 {
+        assert!(
+            Instant::now() < deadline,
+            "the file stayed at {} bytes",
+            size()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let full = size();
+
+    let policy = oncegate_store::PurgePolicy {
+        payload_retention: time::Duration::days(1),
+        proof_retention: time::Duration::days(1),
+    };
+    let at = OffsetDateTime::from_unix_timestamp(1_700_000_000 + 30 * 86_400).unwrap();
+    let purged = store.purge(&policy, at, false).await.expect("purged");
+    assert_eq!(purged.deliveries, 1000);
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while size() > full / 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the file stayed at {} bytes after a purge of every delivery (it was {full})",
+            size()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let record = store.delivery(&kept).await.expect("read").expect("kept");
+    assert_eq!(record.payload.as_deref(), Some(&[b'x'; 2048][..]));
     drop(store);
     backend.cleanup().await;
 }
