@@ -11,10 +11,10 @@
 //! effects are only protected while the old version's keys are still indexed.
 
 use anyhow::{anyhow, bail, Result};
+use oncegate::store::{KeyScope, MigrationSource, NewAlias, Store};
 use oncegate_core::contract::Contract;
 use oncegate_core::identity::{identify, Origin};
 use oncegate_core::json::{self, Limits};
-use oncegate_store::{KeyScope, MigrationSource, NewAlias, Store};
 use std::fmt::Write as _;
 use time::OffsetDateTime;
 
@@ -131,7 +131,7 @@ pub async fn run(store: &dyn Store, contract: &Contract, salt: Option<Vec<u8>>) 
     // operation's scope (`serve` does the same at start), so the aliases below see one key per
     // effect.
     let moved = store
-        .rescope(&oncegate_store::OperationScope::from_contract(contract))
+        .rescope(&oncegate::store::OperationScope::from_contract(contract))
         .await?;
     if moved.effects > 0 || moved.doubled > 0 {
         let _ = writeln!(

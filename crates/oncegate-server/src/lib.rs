@@ -43,8 +43,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use oncegate::store::Store;
 use oncegate_core::contract::Contract;
-use oncegate_store::Store;
 
 mod auth;
 mod connection;

@@ -57,17 +57,21 @@ mod error;
 mod forwarder;
 mod gate;
 mod metrics;
+mod operations;
 mod outcome;
 mod plan;
+mod proof;
 mod purge;
 mod reception;
 mod reconciler;
+mod records;
 mod refusal;
 pub mod replay;
 mod shadow;
 mod trust;
 mod upkeep;
 mod verifier;
+mod work;
 
 pub use authority::{AuthorityError, AuthorityPolicy};
 pub use batch::BatchOutcome;
@@ -75,7 +79,9 @@ pub use error::GateError;
 pub use forwarder::ForwarderSettings;
 pub use gate::{system_clock, Clock, Gate, GateConfig, MAX_RESULT_BYTES};
 pub use metrics::Metrics;
+pub use operations::{QueueLookupError, ResolveError};
 pub use outcome::{Held, Outcome, Proof, Rejected};
+pub use proof::DeliveryProof;
 pub use reception::{Body, Cut, Reception};
 pub use reconciler::{
     reconcile_once, Evidence, ItemReport, ReconcileError, ReconcilerSettings, RunReport,
@@ -85,7 +91,9 @@ pub use refusal::{Refusal, RefusalKind};
 pub use trust::TrustError;
 pub use upkeep::{check_authorities, Upkeep, UpkeepSettings};
 
-/// Re-exported so an embedding program needs one dependency: the contract's parser and the
-/// store's opener.
+/// Re-exported so an embedding program (and the HTTP service and the command line above this
+/// crate) needs one dependency: the contract's parser, and the store's opener and the record
+/// types the gate's methods take and return (with its `testing` helpers under this crate's
+/// `testing` feature).
 pub use oncegate_core as core;
 pub use oncegate_store as store;

@@ -7,15 +7,15 @@
 //! resolved ambiguity becomes a regression case that `corpus replay` checks forever after.
 
 use anyhow::{bail, Context, Result};
+use oncegate::store::{
+    DeliveryFilter, QueueFilter, QueueStatus, ResolutionOutcome, Store, TenantFilter,
+};
 use oncegate_core::canon::to_key_form;
 use oncegate_core::contract::Contract;
 use oncegate_core::corpus::{Body, Label, Record};
 use oncegate_core::identity::mask;
 use oncegate_core::ids::DeliveryId;
 use oncegate_core::json::{self, Limits, Value};
-use oncegate_store::{
-    DeliveryFilter, QueueFilter, QueueStatus, ResolutionOutcome, Store, TenantFilter,
-};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use time::format_description::well_known::Rfc3339;
