@@ -1,7 +1,7 @@
-//! `oncegate queue list|show|resolve`: the ambiguity queue worked from a terminal, straight on
-//! the store. `list` pages and filters as `GET /v1/queue` does; `show` and `resolve` take the
-//! item's queue item id (`q_…`) or its delivery id (`dlv_…`) and follow the same rules as
-//! `POST /v1/queue/{id}/resolve`: a delivery with several open items must be named by one of
+//! `oncegate queue list|show|resolve`: the ambiguity queue worked from a terminal, through the
+//! gate. `list` pages and filters as `GET /v1/queue` does; `show` and `resolve` take the item's
+//! queue item id (`q_…`) or its delivery id (`dlv_…`) and find and settle it with the same gate
+//! methods as `POST /v1/queue/{id}/resolve`: a delivery with several open items must be named by one of
 //! them, an item is resolved once, and `distinct` releases a claimable effect carrying the
 //! authoritative reference.
 
