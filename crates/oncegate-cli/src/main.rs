@@ -304,10 +304,10 @@ fn main() -> ExitCode {
         }
         Command::Corpus { command } => corpus::run(command),
         Command::Migrate { contract, store } => contract::load(&contract).and_then(|contract| {
-            let salt = salt::read()?;
+            let salt = migrate::salt(&contract, salt::read()?)?;
             runtime()?.block_on(async {
-                let store = store.open(Some(&contract)).await?;
-                out!("{}", migrate::run(store.as_ref(), &contract, salt).await?)?;
+                let gate = store.gate(Some(&contract), salt).await?;
+                out!("{}", migrate::run(&gate).await?)?;
                 Ok(Status::Success)
             })
         }),
