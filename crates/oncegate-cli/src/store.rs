@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use oncegate::store::{Store, StoreLocation};
-use oncegate::Gate;
+use oncegate::{Gate, GateConfig};
 use oncegate_core::contract::Contract;
 
 /// The store when nothing names one.
@@ -66,9 +66,10 @@ impl StoreArg {
             None => crate::contract::find(None)
                 .or_else(|_| oncegate_core::contract::parse("(no contract)", ""))?,
         };
-        Gate::open_at(Arc::new(contract), &location, salt)
+        let store = oncegate::store::open_at(&location)
             .await
-            .with_context(|| format!("opening the store ({location})"))
+            .with_context(|| format!("opening the store ({location})"))?;
+        Ok(Gate::new(GateConfig::new(Arc::new(contract), store, salt)))
     }
 }
 

@@ -145,17 +145,6 @@ impl Gate {
         Ok(Gate::new(GateConfig::new(Arc::new(contract), store, salt)))
     }
 
-    /// Opens the store at a checked location (its schema is created or migrated) and makes a
-    /// gate with the default settings.
-    pub async fn open_at(
-        contract: Arc<Contract>,
-        location: &oncegate_store::StoreLocation,
-        salt: Vec<u8>,
-    ) -> Result<Gate, GateError> {
-        let store = oncegate_store::open_at(location).await?;
-        Ok(Gate::new(GateConfig::new(contract, store, salt)))
-    }
-
     /// The contract the gate decides with.
     pub fn contract(&self) -> &Arc<Contract> {
         &self.0.contract

@@ -18,6 +18,13 @@
 //! The [`Upkeep`] (lease sweep, reconciler, retention purge) runs beside it; it stops when
 //! dropped. The HTTP service (`oncegate-server`) is a thin adapter over this crate.
 //!
+//! A person acts through the gate too, whatever the medium: [`Gate::queue_item_named`] and
+//! [`Gate::resolve_queue_item`] work the queue, [`Gate::close_breaker`],
+//! [`Gate::resend_forward`], [`Gate::purge`], [`Gate::replay`] and [`Gate::migrate_effect`]
+//! act, [`Gate::delivery_proof`] reads a delivery's whole proof ([`DeliveryProof`]), and the
+//! listings (`deliveries`, `queue_page`, `report`, `breakers`, `forwards`…) read the store's
+//! records, whose types [`store`] re-exports.
+//!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! use oncegate::{Gate, Outcome, Reception};
