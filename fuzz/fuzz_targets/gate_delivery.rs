@@ -85,7 +85,7 @@ fuzz_target!(|data: &[u8]| {
         };
         let proof = outcome.proof().clone();
         let stored = gate
-            .store()
+            
             .delivery(&proof.delivery)
             .await
             .expect("the store reads")
@@ -101,8 +101,8 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(stored.size, body.len() as u64);
         assert_eq!(stored.body_sha256, body_hash(body));
         let decided = gate
-            .store()
-            .proof(&proof.delivery)
+            
+            .decision(&proof.delivery)
             .await
             .expect("the store reads")
             .unwrap_or_else(|| panic!("delivery {} has no proof", proof.delivery));

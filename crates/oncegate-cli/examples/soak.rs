@@ -105,7 +105,7 @@ async fn main() {
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
         .unwrap();
-    let store = oncegate_store::testing::with_database(&admin, &name);
+    let store = oncegate::store::testing::with_database(&admin, &name);
     let mut instances = vec![serve(&binary, contract, &store)];
     // The first migrates the schema; the second starts on it.
     tokio::time::sleep(Duration::from_secs(2)).await;

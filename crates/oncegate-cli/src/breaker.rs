@@ -1,10 +1,11 @@
 //! `oncegate breaker list|close`: the collision breakers of every strategy, read and closed
-//! straight on the store. Closing is an operator's act and needs a note and a name; it is the
+//! through the gate. Closing is an operator's act and needs a note and a name; it is the
 //! only way a breaker closes.
 
 use anyhow::{anyhow, bail, Result};
 use comfy_table::{presets::UTF8_FULL, ContentArrangement, Table};
-use oncegate_store::{BreakerRule, BreakerScope, Store, StoreError};
+use oncegate::store::{BreakerRule, BreakerScope, StoreError};
+use oncegate::Gate;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
@@ -22,20 +23,13 @@ pub fn rule(window: std::time::Duration) -> BreakerRule {
 }
 
 /// `breaker list --json`: the breakers as `GET /v1/breakers` serves them.
-pub async fn list_doc(
-    store: &dyn Store,
-    window: std::time::Duration,
-) -> Result<impl serde::Serialize> {
-    let breakers = store
-        .breakers(&rule(window), OffsetDateTime::now_utc())
-        .await?;
+pub async fn list_doc(gate: &Gate, window: std::time::Duration) -> Result<impl serde::Serialize> {
+    let breakers = gate.breakers(&rule(window)).await?;
     Ok(oncegate_server::document::breakers(&breakers))
 }
 
-pub async fn list(store: &dyn Store, window: std::time::Duration) -> Result<String> {
-    let breakers = store
-        .breakers(&rule(window), OffsetDateTime::now_utc())
-        .await?;
+pub async fn list(gate: &Gate, window: std::time::Duration) -> Result<String> {
+    let breakers = gate.breakers(&rule(window)).await?;
     if breakers.is_empty() {
         return Ok(
             "no strategy has key matches in the window, and no breaker ever opened\n".to_owned(),
@@ -110,7 +104,7 @@ pub struct CloseArgs<'a> {
     pub by: &'a str,
 }
 
-pub async fn close(store: &dyn Store, a: CloseArgs<'_>) -> Result<String> {
+pub async fn close(gate: &Gate, a: CloseArgs<'_>) -> Result<String> {
     let (name, version) = strategy(a.strategy)?;
     let (note, by) = (a.note.trim(), a.by.trim());
     if note.is_empty() {
@@ -126,10 +120,7 @@ pub async fn close(store: &dyn Store, a: CloseArgs<'_>) -> Result<String> {
         strategy: name,
         version,
     };
-    match store
-        .breaker_close(&scope, note, by, OffsetDateTime::now_utc())
-        .await
-    {
+    match gate.close_breaker(&scope, note, by).await {
         Ok(_) => Ok(format!(
             "closed the breaker of {scope}: ignores of this strategy are automatic again\n"
         )),
@@ -177,11 +168,11 @@ pub fn main(command: BreakerCommand) -> Result<()> {
                 store,
                 json,
             } => {
-                let store = store.open(None).await?;
+                let gate = store.gate(None, Vec::new()).await?;
                 if *json {
-                    return crate::json::print(&list_doc(store.as_ref(), *window).await?);
+                    return crate::json::print(&list_doc(&gate, *window).await?);
                 }
-                list(store.as_ref(), *window).await?
+                list(&gate, *window).await?
             }
             BreakerCommand::Close {
                 provider,
@@ -192,9 +183,9 @@ pub fn main(command: BreakerCommand) -> Result<()> {
                 by,
                 store,
             } => {
-                let store = store.open(None).await?;
+                let gate = store.gate(None, Vec::new()).await?;
                 close(
-                    store.as_ref(),
+                    &gate,
                     CloseArgs {
                         provider,
                         env,

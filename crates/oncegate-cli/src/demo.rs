@@ -202,7 +202,8 @@ async fn authority() -> Result<String> {
 pub async fn run() -> Result<()> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let db = dir.path().join("demo.db");
-    let store = oncegate_store::open_at(&oncegate_store::StoreLocation::Sqlite(db.clone())).await?;
+    let store =
+        oncegate::store::open_at(&oncegate::store::StoreLocation::Sqlite(db.clone())).await?;
     let authority = authority().await?;
     // The example contract, with payflow's authority pointed at the local stand-in (which
     // needs no API token).
@@ -216,6 +217,12 @@ pub async fn run() -> Result<()> {
         contract::parse("examples/oncegate.toml", &text).map_err(|e| anyhow::anyhow!("{e}"))?,
     );
     let mut config = ServiceConfig::new(contract.clone(), store.clone(), b"demo-key-salt".to_vec());
+    // What the demo reads back (the proof, the report) it reads through a gate of its own.
+    let reader = oncegate::Gate::new(oncegate::GateConfig::new(
+        contract.clone(),
+        store,
+        Vec::new(),
+    ));
     let mut secrets = ProviderSecrets::default();
     secrets
         .insert_for(&contract, "payflow", SIGNING_SECRET)
@@ -359,17 +366,17 @@ pub async fn run() -> Result<()> {
     }
 
     outln!("\n8. why was the second refund not dropped? `oncegate explain {id2}`:\n")?;
-    out!("{}", crate::explain::render(store.as_ref(), &id2).await?)?;
+    out!("{}", crate::explain::render(&reader, &id2).await?)?;
 
     outln!("\n9. the report: received, applied, documented ignores and pending side by side\n")?;
     let since = OffsetDateTime::now_utc() - time::Duration::days(1);
-    let report = crate::report::render(store.as_ref(), since).await?;
+    let report = crate::report::render(&reader, since).await?;
     out!("{report}")?;
 
     let _ = stop.send(());
     server.await.context("the service task")??;
-    let totals = store
-        .report(&oncegate_store::TenantFilter::All, since)
+    let totals = reader
+        .report(&oncegate::store::TenantFilter::All, since)
         .await?;
     if totals.total.unexplained_gap != 0 {
         bail!(

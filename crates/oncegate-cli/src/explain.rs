@@ -2,9 +2,9 @@
 //! without recomputing any key by hand.
 
 use anyhow::{anyhow, Result};
-use oncegate::details::Details;
+use oncegate::store::TenantFilter;
+use oncegate::{DeliveryProof, Gate};
 use oncegate_core::ids::DeliveryId;
-use oncegate_store::Store;
 use std::fmt::Write as _;
 use time::format_description::well_known::Rfc3339;
 
@@ -12,13 +12,20 @@ fn when(t: time::OffsetDateTime) -> String {
     t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
 }
 
-/// Renders the proof of `id` from the store.
-pub async fn render(store: &dyn Store, id: &str) -> Result<String> {
-    let id: DeliveryId = id.parse().map_err(|e| anyhow!("{e}"))?;
-    let delivery = store
-        .delivery(&id)
+/// The proof of `raw`, whole.
+async fn read(gate: &Gate, raw: &str) -> Result<(DeliveryId, DeliveryProof)> {
+    let id: DeliveryId = raw.parse().map_err(|e| anyhow!("{e}"))?;
+    let proof = gate
+        .delivery_proof(&id, &TenantFilter::All)
         .await?
         .ok_or_else(|| anyhow!("no delivery {id} in this store"))?;
+    Ok((id, proof))
+}
+
+/// Renders the proof of `id` read through the gate.
+pub async fn render(gate: &Gate, id: &str) -> Result<String> {
+    let (id, read) = read(gate, id).await?;
+    let delivery = &read.delivery;
     let mut out = String::new();
     let w = &mut out;
     writeln!(w, "delivery {id}")?;
@@ -36,7 +43,7 @@ pub async fn render(store: &dyn Store, id: &str) -> Result<String> {
     if let Some(t) = &delivery.transport_key {
         writeln!(w, "  transport  {} key {}", t.strength.as_str(), t.value)?;
     }
-    let Some(proof) = store.proof(&id).await? else {
+    let Some(proof) = &read.decision else {
         writeln!(w, "  decision   none recorded: this reception has no proof (it counts in the report's unexplained gap)")?;
         return Ok(out);
     };
@@ -65,7 +72,7 @@ pub async fn render(store: &dyn Store, id: &str) -> Result<String> {
         None => writeln!(w, "  strategy   none applied")?,
     }
     // The gate keeps what the core computed (skipped strategies, fields used) as typed details.
-    let details = Details::parse(&proof.details_json);
+    let details = &read.details;
     for s in &details.skipped {
         writeln!(w, "  skipped    {}@{}: {}", s.name, s.version, s.why)?;
     }
@@ -113,8 +120,8 @@ pub async fn render(store: &dyn Store, id: &str) -> Result<String> {
     for d in &proof.differences {
         writeln!(w, "  differs    {d}")?;
     }
-    if let Some(effect_id) = &proof.effect {
-        if let Some(effect) = store.effect(effect_id).await? {
+    if proof.effect.is_some() {
+        if let Some(effect) = &read.effect {
             writeln!(
                 w,
                 "  effect     {} state {} (fencing {})",
@@ -145,7 +152,7 @@ pub async fn render(store: &dyn Store, id: &str) -> Result<String> {
                     when(link.at)
                 )?;
             }
-            if let Some(f) = store.forward(effect_id).await? {
+            if let Some(f) = &read.forward {
                 writeln!(
                     w,
                     "  forward    {} (series {}, {} attempt{} in it){}",
@@ -158,7 +165,7 @@ pub async fn render(store: &dyn Store, id: &str) -> Result<String> {
                         .map(|e| format!(", last: {e}"))
                         .unwrap_or_default()
                 )?;
-                for a in store.forward_attempts(effect_id).await? {
+                for a in &read.attempts {
                     writeln!(
                         w,
                         "  attempt    {}.{} at {} fencing {}: {}{}{}{}",
@@ -180,8 +187,8 @@ pub async fn render(store: &dyn Store, id: &str) -> Result<String> {
             }
         }
     }
-    if let Some(q) = &proof.queue_item {
-        if let Some(item) = store.queue_item(q).await? {
+    if proof.queue_item.is_some() {
+        if let Some(item) = &read.queue_item {
             writeln!(
                 w,
                 "  queue      {} {} ({}), proposed: {}",
@@ -215,16 +222,12 @@ pub async fn render(store: &dyn Store, id: &str) -> Result<String> {
 
 /// The proof of `id` as `GET /v1/deliveries/{id}` serves it (the server's own document), or
 /// for a delivery journaled without a decision the same names with the decision's fields empty.
-pub async fn doc(store: &dyn Store, id: &str) -> Result<serde_json::Value> {
-    let id: DeliveryId = id.parse().map_err(|e| anyhow!("{e}"))?;
-    let delivery = store
-        .delivery(&id)
-        .await?
-        .ok_or_else(|| anyhow!("no delivery {id} in this store"))?;
-    if store.proof(&id).await?.is_none() {
-        return Ok(crate::json::undecided(&delivery));
+pub async fn doc(gate: &Gate, id: &str) -> Result<serde_json::Value> {
+    let (id, read) = read(gate, id).await?;
+    if read.decision.is_none() {
+        return Ok(crate::json::undecided(&read.delivery));
     }
-    let doc = oncegate_server::document::proof(store, id.as_str(), false)
+    let doc = oncegate_server::document::proof(gate, id.as_str(), false)
         .await
         .map_err(|e| anyhow!("{}", e.message))?;
     Ok(serde_json::to_value(doc)?)

@@ -1,17 +1,14 @@
 //! `oncegate forward list|resend`: gateway mode's forwards read and a dead letter re-sent
-//! straight on the store. A re-send holds the effect again under its next fencing token and
-//! starts a fresh attempt series; a running service's forwarder sends it at its next look.
+//! through the gate. A re-send holds the effect again under its next fencing token, for the
+//! contract's lease, and starts a fresh attempt series; a running service's forwarder sends it
+//! at its next look.
 
 use anyhow::{anyhow, bail, Result};
 use comfy_table::{presets::UTF8_FULL, ContentArrangement, Table};
+use oncegate::store::{ForwardFilter, ForwardState, StoreError, TenantFilter};
+use oncegate::Gate;
 use oncegate_core::ids::EffectId;
-use oncegate_store::{ForwardFilter, ForwardState, Store, StoreError, TenantFilter};
 use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
-
-/// The lease a re-sent effect is held under until a forwarder starts its attempt (which
-/// extends it over the attempt).
-const RESEND_LEASE: time::Duration = time::Duration::seconds(30);
 
 fn state(raw: Option<&str>) -> Result<Option<ForwardState>> {
     raw.map(|s| {
@@ -22,13 +19,13 @@ fn state(raw: Option<&str>) -> Result<Option<ForwardState>> {
     .transpose()
 }
 
-pub async fn list(store: &dyn Store, wanted: Option<&str>, limit: u32) -> Result<String> {
+pub async fn list(gate: &Gate, wanted: Option<&str>, limit: u32) -> Result<String> {
     let filter = ForwardFilter {
         tenants: TenantFilter::All,
         state: state(wanted)?,
         limit,
     };
-    let forwards = store.forwards(&filter).await?;
+    let forwards = gate.forwards(&filter).await?;
     if forwards.is_empty() {
         return Ok("no forward matches this filter\n".to_owned());
     }
@@ -71,14 +68,11 @@ pub async fn list(store: &dyn Store, wanted: Option<&str>, limit: u32) -> Result
     Ok(format!("{table}\n"))
 }
 
-pub async fn resend(store: &dyn Store, raw: &str) -> Result<String> {
+pub async fn resend(gate: &Gate, raw: &str) -> Result<String> {
     let effect: EffectId = raw
         .parse()
         .map_err(|_| anyhow!("{raw:?} is not an effect id (eff_…)"))?;
-    match store
-        .forward_resend(&effect, RESEND_LEASE, OffsetDateTime::now_utc())
-        .await
-    {
+    match gate.resend_forward(&effect).await {
         Ok(f) => Ok(format!(
             "re-sent {effect}: series {} is pending under fencing token {}; a running service's forwarder sends it at its next look\n",
             f.series, f.fencing_token
@@ -119,12 +113,12 @@ pub fn main(command: ForwardCommand) -> Result<()> {
                 limit,
                 store,
             } => {
-                let store = store.open(None).await?;
-                list(store.as_ref(), state.as_deref(), *limit).await?
+                let gate = store.gate(None, Vec::new()).await?;
+                list(&gate, state.as_deref(), *limit).await?
             }
             ForwardCommand::Resend { effect_id, store } => {
-                let store = store.open(None).await?;
-                resend(store.as_ref(), effect_id).await?
+                let gate = store.gate(None, Vec::new()).await?;
+                resend(&gate, effect_id).await?
             }
         };
         out!("{out}")?;

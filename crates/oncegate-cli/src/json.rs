@@ -8,7 +8,7 @@
 //! `not_decided`) and `queue show`'s payloads beside the item.
 
 use anyhow::Result;
-use oncegate_store::DeliveryRecord;
+use oncegate::store::DeliveryRecord;
 use serde::Serialize;
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;

@@ -304,10 +304,10 @@ fn main() -> ExitCode {
         }
         Command::Corpus { command } => corpus::run(command),
         Command::Migrate { contract, store } => contract::load(&contract).and_then(|contract| {
-            let salt = salt::read()?;
+            let salt = migrate::salt(&contract, salt::read()?)?;
             runtime()?.block_on(async {
-                let store = store.open(Some(&contract)).await?;
-                out!("{}", migrate::run(store.as_ref(), &contract, salt).await?)?;
+                let gate = store.gate(Some(&contract), salt).await?;
+                out!("{}", migrate::run(&gate).await?)?;
                 Ok(Status::Success)
             })
         }),
@@ -327,11 +327,11 @@ fn main() -> ExitCode {
         } => runtime()
             .and_then(|rt| {
                 rt.block_on(async {
-                    let store = store.open(None).await?;
+                    let gate = store.gate(None, Vec::new()).await?;
                     if json {
-                        crate::json::print(&explain::doc(store.as_ref(), &delivery_id).await?)?;
+                        crate::json::print(&explain::doc(&gate, &delivery_id).await?)?;
                     } else {
-                        out!("{}", explain::render(store.as_ref(), &delivery_id).await?)?;
+                        out!("{}", explain::render(&gate, &delivery_id).await?)?;
                     }
                     Ok(())
                 })
@@ -348,11 +348,11 @@ fn main() -> ExitCode {
                         .with_context(|| format!("--since {s:?} is not an RFC 3339 instant"))?,
                         None => time::OffsetDateTime::now_utc() - time::Duration::days(1),
                     };
-                    let store = store.open(None).await?;
+                    let gate = store.gate(None, Vec::new()).await?;
                     if json {
-                        crate::json::print(&report::doc(store.as_ref(), since).await?)?;
+                        crate::json::print(&report::doc(&gate, since).await?)?;
                     } else {
-                        out!("{}", report::render(store.as_ref(), since).await?)?;
+                        out!("{}", report::render(&gate, since).await?)?;
                     }
                     Ok(())
                 })

@@ -10,129 +10,16 @@
 //! is gone (payload retention) or the new contract cannot key the event, it says so: those
 //! effects are only protected while the old version's keys are still indexed.
 
-use anyhow::{anyhow, bail, Result};
-use oncegate_core::contract::Contract;
-use oncegate_core::identity::{identify, Origin};
-use oncegate_core::json::{self, Limits};
-use oncegate_store::{KeyScope, MigrationSource, NewAlias, Store};
+use anyhow::{anyhow, Result};
+use oncegate::{AliasOutcome, Gate};
 use std::fmt::Write as _;
-use time::OffsetDateTime;
 
-/// What happened to one effect.
-enum Outcome {
-    Aliased { to: String },
-    AlreadyHeld { to: String },
-    Unchanged,
-    NotAliased { why: String },
-}
-
-async fn one(
-    store: &dyn Store,
-    contract: &Contract,
-    salt: &[u8],
-    s: &MigrationSource,
-    now: OffsetDateTime,
-) -> Result<Outcome> {
-    let Some((name, version)) = &s.strategy else {
-        return Ok(Outcome::NotAliased {
-            why: "the effect has no strategy key (it was released from the queue)".to_owned(),
-        });
-    };
-    let Some(event_type) = &s.event_type else {
-        return Ok(Outcome::NotAliased {
-            why: "the effect records no event type".to_owned(),
-        });
-    };
-    let Some(t) = contract.event_type(&s.provider, event_type) else {
-        return Ok(Outcome::NotAliased {
-            why: format!("{}/{event_type} is not in the new contract", s.provider),
-        });
-    };
-    let Some(payload) = &s.payload else {
-        return Ok(Outcome::NotAliased {
-            why: format!(
-                "the payload of its first delivery {} is no longer retained, so the new key cannot be computed; keep {name}@{version} indexed until its horizon passes",
-                s.first_delivery
-            ),
-        });
-    };
-    let limits = Limits {
-        max_bytes: payload.len().max(contract.settings.max_body_bytes),
-        max_depth: contract.settings.max_depth,
-    };
-    let doc = match json::parse(payload, &limits) {
-        Ok(doc) => doc,
-        Err(e) => {
-            return Ok(Outcome::NotAliased {
-                why: format!("its first delivery is not strict JSON: {e}"),
-            })
-        }
-    };
-    let origin = Origin {
-        tenant: &s.tenant,
-        provider: &s.provider,
-        env: &s.env,
-    };
-    // Only the payload is retained with an effect's first delivery, not its headers: a
-    // strategy keyed on a header makes no key here, and the old key stays indexed instead.
-    let identity = identify(t, origin, &doc, &[], salt);
-    let Some(key) = identity.effect else {
-        let skipped: Vec<String> = identity
-            .skipped
-            .iter()
-            .map(|k| format!("{}: {}", k.label(), k.why))
-            .collect();
-        return Ok(Outcome::NotAliased {
-            why: format!(
-                "no strategy of the new contract makes a key for it ({})",
-                skipped.join("; ")
-            ),
-        });
-    };
-    if &key.strategy == name && key.version == *version {
-        return Ok(Outcome::Unchanged);
-    }
-    let to = format!("{}@{}", key.strategy, key.version);
-    let recorded = store
-        .record_alias(&NewAlias {
-            effect: s.effect.clone(),
-            tenant: s.tenant.clone(),
-            provider: s.provider.clone(),
-            env: s.env.clone(),
-            event_type: s.event_type.clone(),
-            scope: KeyScope::of(&key),
-            strategy: key.strategy,
-            version: key.version,
-            key: key.key,
-            now,
-        })
-        .await?;
-    Ok(if recorded {
-        Outcome::Aliased { to }
-    } else {
-        Outcome::AlreadyHeld { to }
-    })
-}
-
-pub async fn run(store: &dyn Store, contract: &Contract, salt: Option<Vec<u8>>) -> Result<String> {
-    let needs_salt = contract
-        .providers
-        .values()
-        .flat_map(|p| p.types.values())
-        .any(|t| !t.sensitive.is_empty());
-    let salt = match salt {
-        Some(s) => s,
-        None if !needs_salt => Vec::new(),
-        None => bail!("the contract declares sensitive fields: set ONCEGATE_KEY_SALT or ONCEGATE_KEY_SALT_FILE to the service's salt, or the new keys would not match the service's"),
-    };
-    let now = OffsetDateTime::now_utc();
+pub async fn run(gate: &Gate) -> Result<String> {
     let mut out = String::new();
     // Keys that operation-scoped strategies wrote under their event type first move to their
     // operation's scope (`serve` does the same at start), so the aliases below see one key per
     // effect.
-    let moved = store
-        .rescope(&oncegate_store::OperationScope::from_contract(contract))
-        .await?;
+    let moved = gate.rescope_operations().await?;
     if moved.effects > 0 || moved.doubled > 0 {
         let _ = writeln!(
             out,
@@ -140,7 +27,7 @@ pub async fn run(store: &dyn Store, contract: &Contract, salt: Option<Vec<u8>>) 
             moved.effects, moved.doubled
         );
     }
-    let sources = store.migration_sources().await?;
+    let sources = gate.migration_sources().await?;
     let (mut aliased, mut held, mut unchanged, mut not) = (0, 0, 0, 0);
     for s in &sources {
         let from = s
@@ -156,23 +43,24 @@ pub async fn run(store: &dyn Store, contract: &Contract, salt: Option<Vec<u8>>) 
             s.event_type.as_deref().unwrap_or("?"),
             from
         );
-        match one(store, contract, &salt, s, now)
+        match gate
+            .migrate_effect(s)
             .await
             .map_err(|e| anyhow!("{what}: {e:#}"))?
         {
-            Outcome::Aliased { to } => {
+            AliasOutcome::Aliased { to } => {
                 aliased += 1;
                 let _ = writeln!(out, "aliased       {what} → {to}");
             }
-            Outcome::AlreadyHeld { to } => {
+            AliasOutcome::AlreadyHeld { to } => {
                 held += 1;
                 let _ = writeln!(
                     out,
                     "already held  {what} → {to}: the new key already names an effect"
                 );
             }
-            Outcome::Unchanged => unchanged += 1,
-            Outcome::NotAliased { why } => {
+            AliasOutcome::Unchanged => unchanged += 1,
+            AliasOutcome::NotAliased { why } => {
                 not += 1;
                 let _ = writeln!(out, "NOT aliased   {what}: {why}");
             }
@@ -184,4 +72,22 @@ pub async fn run(store: &dyn Store, contract: &Contract, salt: Option<Vec<u8>>) 
         sources.len()
     );
     Ok(out)
+}
+
+/// The salt a migration keys with: the service's, which a contract declaring sensitive fields
+/// needs (else the new keys would not match the service's); none otherwise.
+pub fn salt(
+    contract: &oncegate_core::contract::Contract,
+    salt: Option<Vec<u8>>,
+) -> Result<Vec<u8>> {
+    let needs_salt = contract
+        .providers
+        .values()
+        .flat_map(|p| p.types.values())
+        .any(|t| !t.sensitive.is_empty());
+    match salt {
+        Some(s) => Ok(s),
+        None if !needs_salt => Ok(Vec::new()),
+        None => anyhow::bail!("the contract declares sensitive fields: set ONCEGATE_KEY_SALT or ONCEGATE_KEY_SALT_FILE to the service's salt, or the new keys would not match the service's"),
+    }
 }

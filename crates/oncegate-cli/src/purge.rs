@@ -3,11 +3,10 @@
 //! identities are never purged; the count of those kept is printed too.
 
 use anyhow::Result;
-use oncegate_core::contract::Contract;
-use oncegate_store::{PurgeCounts, PurgePolicy, Store};
+use oncegate::store::PurgeCounts;
+use oncegate::Gate;
 use serde::Serialize;
 use std::fmt::Write as _;
-use time::OffsetDateTime;
 
 /// Retentions are set in days; `400d` reads better than humantime's years and months.
 fn days(d: std::time::Duration) -> String {
@@ -15,10 +14,6 @@ fn days(d: std::time::Duration) -> String {
         s if s > 0 && s % 86_400 == 0 => format!("{}d", s / 86_400),
         _ => humantime::format_duration(d).to_string(),
     }
-}
-
-fn to_time(d: std::time::Duration) -> time::Duration {
-    time::Duration::try_from(d).unwrap_or(time::Duration::MAX)
 }
 
 /// `purge --json`: what was (or, dry, would be) removed, with the store's count names. The
@@ -40,20 +35,13 @@ struct PurgeDoc {
     durable_identities_kept: u64,
 }
 
-async fn purge(store: &dyn Store, contract: &Contract, dry_run: bool) -> Result<PurgeCounts> {
-    let settings = &contract.settings;
-    let policy = PurgePolicy {
-        payload_retention: to_time(settings.payload_retention),
-        proof_retention: to_time(settings.proof_retention),
-    };
-    Ok(store
-        .purge(&policy, OffsetDateTime::now_utc(), dry_run)
-        .await?)
+async fn purge(gate: &Gate, dry_run: bool) -> Result<PurgeCounts> {
+    Ok(gate.purge(dry_run).await?)
 }
 
-pub async fn run(store: &dyn Store, contract: &Contract, dry_run: bool) -> Result<String> {
-    let settings = &contract.settings;
-    let c = purge(store, contract, dry_run).await?;
+pub async fn run(gate: &Gate, dry_run: bool) -> Result<String> {
+    let settings = &gate.contract().settings;
+    let c = purge(gate, dry_run).await?;
     let mut out = String::new();
     let w = &mut out;
     writeln!(
@@ -106,12 +94,12 @@ pub struct PurgeArgs {
 pub fn main(args: PurgeArgs) -> Result<()> {
     let contract = crate::contract::find(args.contract.as_deref())?;
     crate::runtime()?.block_on(async {
-        let store = args.store.open(Some(&contract)).await?;
+        let gate = args.store.gate(Some(&contract), Vec::new()).await?;
         if !args.json {
-            out!("{}", run(store.as_ref(), &contract, args.dry_run).await?)?;
+            out!("{}", run(&gate, args.dry_run).await?)?;
             return Ok(());
         }
-        let c = purge(store.as_ref(), &contract, args.dry_run).await?;
+        let c = purge(&gate, args.dry_run).await?;
         let s = &contract.settings;
         crate::json::print(&PurgeDoc {
             dry_run: args.dry_run,

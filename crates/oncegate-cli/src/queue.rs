@@ -1,18 +1,18 @@
-//! `oncegate queue list|show|resolve`: the ambiguity queue worked from a terminal, straight on
-//! the store. `list` pages and filters as `GET /v1/queue` does; `show` and `resolve` take the
-//! item's queue item id (`q_…`) or its delivery id (`dlv_…`) and follow the same rules as
-//! `POST /v1/queue/{id}/resolve`: a delivery with several open items must be named by one of
+//! `oncegate queue list|show|resolve`: the ambiguity queue worked from a terminal, through the
+//! gate. `list` pages and filters as `GET /v1/queue` does; `show` and `resolve` take the item's
+//! queue item id (`q_…`) or its delivery id (`dlv_…`) and find and settle it with the same gate
+//! methods as `POST /v1/queue/{id}/resolve`: a delivery with several open items must be named by one of
 //! them, an item is resolved once, and `distinct` releases a claimable effect carrying the
 //! authoritative reference.
 
 use anyhow::{anyhow, bail, Result};
 use comfy_table::{presets::UTF8_FULL, ContentArrangement, Table};
-use oncegate_core::ids::DeliveryId;
-use oncegate_server::parse_instant;
-use oncegate_store::{
-    DeliveryItems, DeliveryRecord, QueueCursor, QueueFilter, QueueItem, QueueKind, QueuePage,
-    QueueRef, QueueStatus, Resolution, ResolutionOutcome, StatusCounts, Store, TenantFilter,
+use oncegate::store::{
+    DeliveryRecord, QueueCursor, QueueFilter, QueueItem, QueueKind, QueuePage, QueueRef,
+    QueueStatus, Resolution, ResolutionOutcome, StatusCounts, TenantFilter,
 };
+use oncegate::{Gate, QueueLookupError, ResolveError};
+use oncegate_server::parse_instant;
 use std::fmt::Write as _;
 
 use crate::json;
@@ -47,7 +47,7 @@ fn counts_text(c: StatusCounts) -> String {
 }
 
 /// The page `a` selects, and the instant its ages are counted from.
-async fn page(store: &dyn Store, a: ListArgs<'_>) -> Result<(QueuePage, OffsetDateTime)> {
+async fn page(gate: &Gate, a: ListArgs<'_>) -> Result<(QueuePage, OffsetDateTime)> {
     let kind = match a.kind {
         None | Some("all") => None,
         Some(k) => Some(
@@ -88,25 +88,25 @@ async fn page(store: &dyn Store, a: ListArgs<'_>) -> Result<(QueuePage, OffsetDa
             .transpose()?,
         ..QueueFilter::default()
     };
-    Ok((store.queue_page(&filter).await?, now))
+    Ok((gate.queue_page(&filter).await?, now))
 }
 
 /// `queue list --json`: the page as `GET /v1/queue` serves it.
-pub async fn list_doc(store: &dyn Store, a: ListArgs<'_>) -> Result<impl serde::Serialize> {
-    let (page, now) = page(store, a).await?;
-    let dead = store.forward_counts(&TenantFilter::All).await?.dead;
+pub async fn list_doc(gate: &Gate, a: ListArgs<'_>) -> Result<impl serde::Serialize> {
+    let (page, now) = page(gate, a).await?;
+    let dead = gate.forward_counts(&TenantFilter::All).await?.dead;
     Ok(oncegate_server::document::queue_page(&page, now, dead))
 }
 
-pub async fn list(store: &dyn Store, a: ListArgs<'_>) -> Result<String> {
-    let (page, now) = page(store, a).await?;
+pub async fn list(gate: &Gate, a: ListArgs<'_>) -> Result<String> {
+    let (page, now) = page(gate, a).await?;
     let mut counts = format!(
         "quarantine: {}; reconcile: {}\n",
         counts_text(page.counts.quarantine),
         counts_text(page.counts.reconcile)
     );
     // Gateway mode's dead letters wait beside the queue, re-sendable.
-    let dead = store.forward_counts(&TenantFilter::All).await?.dead;
+    let dead = gate.forward_counts(&TenantFilter::All).await?.dead;
     if dead > 0 {
         counts.push_str(&format!(
             "dead letters: {dead} forward{} ran out of attempts (oncegate forward list --state dead; oncegate forward resend EFFECT_ID)\n",
@@ -173,53 +173,36 @@ fn age(d: time::Duration) -> String {
     }
 }
 
-/// Why a delivery has no queue item, as the API says it.
-async fn not_queued(store: &dyn Store, id: &DeliveryId) -> Result<anyhow::Error> {
-    Ok(match store.proof(id).await? {
-        Some(p) => anyhow!(
-            "delivery {id} was decided `{}`; it is not in the queue",
-            p.action.as_str()
-        ),
-        None if store.delivery(id).await?.is_some() => {
-            anyhow!("delivery {id} has no recorded decision, so nothing to resolve")
-        }
-        None => anyhow!("no delivery {id} in this store"),
-    })
-}
-
 /// The item `raw` names: a queue item id, or a delivery id whose one open item (else its
 /// latest item) is meant, as the API finds it.
-async fn item_of(store: &dyn Store, raw: &str) -> Result<QueueItem> {
+async fn item_of(gate: &Gate, raw: &str) -> Result<QueueItem> {
     let target: QueueRef = raw.parse().map_err(|_| {
         anyhow!("{raw:?} is neither a queue item id (q_…) nor a delivery id (dlv_…)")
     })?;
-    match target {
-        QueueRef::Item(id) => store
-            .queue_item(&id)
-            .await?
-            .ok_or_else(|| anyhow!("no queue item {id} in this store")),
-        QueueRef::Delivery(id) => {
-            let items = store
-                .queue_list(&QueueFilter {
-                    status: None,
-                    delivery: Some(id.clone()),
-                    ..QueueFilter::default()
-                })
-                .await?;
-            match DeliveryItems::of(&items) {
-                DeliveryItems::Open(item) | DeliveryItems::Resolved(item) => Ok(item.clone()),
-                DeliveryItems::Ambiguous(ids) => bail!(
-                    "delivery {id} has {} open queue items ({}): name one by its queue item id",
-                    ids.len(),
-                    ids.iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                DeliveryItems::None => Err(not_queued(store, &id).await?),
+    gate.queue_item_named(&target, &TenantFilter::All)
+        .await
+        .map_err(|e| match e {
+            QueueLookupError::NoItem(id) => anyhow!("no queue item {id} in this store"),
+            QueueLookupError::Ambiguous { delivery, open } => anyhow!(
+                "delivery {delivery} has {} open queue items ({}): name one by its queue item id",
+                open.len(),
+                open.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            QueueLookupError::Decided { delivery, action } => anyhow!(
+                "delivery {delivery} was decided `{}`; it is not in the queue",
+                action.as_str()
+            ),
+            QueueLookupError::Undecided(delivery) => {
+                anyhow!("delivery {delivery} has no recorded decision, so nothing to resolve")
             }
-        }
-    }
+            QueueLookupError::NoDelivery(delivery) => {
+                anyhow!("no delivery {delivery} in this store")
+            }
+            QueueLookupError::Store(e) => e.into(),
+        })
 }
 
 fn payload_text(d: Option<&DeliveryRecord>) -> String {
@@ -243,14 +226,11 @@ fn payload_text(d: Option<&DeliveryRecord>) -> String {
 }
 
 /// `queue show --json`: the item as `GET /v1/queue` lists it, with both payloads.
-pub async fn show_doc(
-    store: &dyn Store,
-    raw: &str,
-) -> Result<json::QueueShowDoc<impl serde::Serialize>> {
-    let item = item_of(store, raw).await?;
-    let delivery = store.delivery(&item.delivery).await?;
+pub async fn show_doc(gate: &Gate, raw: &str) -> Result<json::QueueShowDoc<impl serde::Serialize>> {
+    let item = item_of(gate, raw).await?;
+    let delivery = gate.delivery(&item.delivery).await?;
     let reference = match &item.first_delivery {
-        Some(r) => store.delivery(r).await?,
+        Some(r) => gate.delivery(r).await?,
         None => None,
     };
     Ok(json::QueueShowDoc {
@@ -260,12 +240,12 @@ pub async fn show_doc(
     })
 }
 
-pub async fn show(store: &dyn Store, raw: &str) -> Result<String> {
-    let item = item_of(store, raw).await?;
+pub async fn show(gate: &Gate, raw: &str) -> Result<String> {
+    let item = item_of(gate, raw).await?;
     let id = item.delivery.clone();
-    let delivery = store.delivery(&id).await?;
+    let delivery = gate.delivery(&id).await?;
     let reference = match &item.first_delivery {
-        Some(r) => store.delivery(r).await?,
+        Some(r) => gate.delivery(r).await?,
         None => None,
     };
     let mut out = String::new();
@@ -390,21 +370,15 @@ pub struct ResolveArgs<'a> {
     pub by: &'a str,
 }
 
-pub async fn resolve(store: &dyn Store, a: ResolveArgs<'_>) -> Result<String> {
+pub async fn resolve(gate: &Gate, a: ResolveArgs<'_>) -> Result<String> {
     let outcome = ResolutionOutcome::parse(a.outcome)
         .ok_or_else(|| anyhow!("--outcome {:?} is not distinct or duplicate", a.outcome))?;
     let by = a.by.trim();
     if by.is_empty() {
         bail!("--by must name who resolves the item");
     }
-    let item = item_of(store, a.id).await?;
+    let item = item_of(gate, a.id).await?;
     let id = item.delivery.clone();
-    if item.resolution.is_some() {
-        bail!(
-            "queue item {} of delivery {id} is already resolved",
-            item.id
-        );
-    }
     let resolution = Resolution {
         outcome,
         authoritative_ref: a
@@ -413,19 +387,22 @@ pub async fn resolve(store: &dyn Store, a: ResolveArgs<'_>) -> Result<String> {
             .filter(|r| !r.is_empty()),
         note: a.note.to_owned(),
         by: by.to_owned(),
-        at: OffsetDateTime::now_utc(),
+        at: gate.now(),
     };
-    let resolved = store
-        .resolve(&item.id, resolution)
+    let resolved = gate
+        .resolve_queue_item(&item, resolution)
         .await
         .map_err(|e| match e {
-            oncegate_store::StoreError::Conflict(why) => {
+            ResolveError::AlreadyResolved(item) => {
                 anyhow!(
-                    "queue item {} of delivery {id} was not resolved: {why}",
+                    "queue item {} of delivery {id} is already resolved",
                     item.id
                 )
             }
-            other => other.into(),
+            ResolveError::Conflict { item, why } => {
+                anyhow!("queue item {item} of delivery {id} was not resolved: {why}")
+            }
+            ResolveError::Store(e) => e.into(),
         })?;
     let effect = resolved
         .resolution
@@ -531,7 +508,7 @@ pub fn main(command: QueueCommand) -> Result<()> {
                 store,
                 json,
             } => {
-                let store = store.open(None).await?;
+                let gate = store.gate(None, Vec::new()).await?;
                 let args = ListArgs {
                     kind: kind.as_deref(),
                     status: status.as_deref(),
@@ -543,16 +520,16 @@ pub fn main(command: QueueCommand) -> Result<()> {
                     after: after.as_deref(),
                 };
                 if *json {
-                    return json::print(&list_doc(store.as_ref(), args).await?);
+                    return json::print(&list_doc(&gate, args).await?);
                 }
-                list(store.as_ref(), args).await?
+                list(&gate, args).await?
             }
             QueueCommand::Show { id, store, json } => {
-                let store = store.open(None).await?;
+                let gate = store.gate(None, Vec::new()).await?;
                 if *json {
-                    return json::print(&show_doc(store.as_ref(), id).await?);
+                    return json::print(&show_doc(&gate, id).await?);
                 }
-                show(store.as_ref(), id).await?
+                show(&gate, id).await?
             }
             QueueCommand::Resolve {
                 id,
@@ -562,9 +539,9 @@ pub fn main(command: QueueCommand) -> Result<()> {
                 by,
                 store,
             } => {
-                let store = store.open(None).await?;
+                let gate = store.gate(None, Vec::new()).await?;
                 resolve(
-                    store.as_ref(),
+                    &gate,
                     ResolveArgs {
                         id,
                         outcome,

@@ -1,25 +1,22 @@
-//! `oncegate replay <delivery-id>`: a deliberate late replay, straight on the store, decided by
-//! the same code as `POST /v1/deliveries/{id}/replay` (the service's `replay` module).
+//! `oncegate replay <delivery-id>`: a deliberate late replay through the gate, decided by the
+//! same code as `POST /v1/deliveries/{id}/replay` (`Gate::replay`).
 
 use anyhow::{anyhow, Result};
-use oncegate_core::contract::Contract;
+use oncegate::store::StoreError;
+use oncegate::{Gate, GateError};
 use oncegate_core::ids::DeliveryId;
-use oncegate_store::{Store, StoreError};
 use std::fmt::Write as _;
-use time::OffsetDateTime;
 
-pub async fn run(store: &dyn Store, contract: &Contract, salt: &[u8], raw: &str) -> Result<String> {
+pub async fn run(gate: &Gate, raw: &str) -> Result<String> {
     let id: DeliveryId = raw
         .parse()
         .map_err(|e| anyhow!("{raw:?} is not a delivery id: {e}"))?;
-    let o = oncegate_server::replay::replay(store, contract, salt, &id, OffsetDateTime::now_utc())
-        .await
-        .map_err(|e| match e {
-            StoreError::NotFound { .. } => anyhow!(
-                "no delivery {id} in this store (past the proof retention nothing is left to replay)"
-            ),
-            other => other.into(),
-        })?;
+    let o = gate.replay(&id).await.map_err(|e| match e {
+        GateError::Store(StoreError::NotFound { .. }) => anyhow!(
+            "no delivery {id} in this store (past the proof retention nothing is left to replay)"
+        ),
+        other => other.into(),
+    })?;
     let mut out = String::new();
     let w = &mut out;
     writeln!(w, "replay of {} journaled as {}", o.original, o.delivery)?;
@@ -64,11 +61,8 @@ pub fn main(args: ReplayArgs) -> Result<()> {
         anyhow::bail!("set ONCEGATE_KEY_SALT (or ONCEGATE_KEY_SALT_FILE) to the salt the service uses: the key is recomputed under it");
     };
     crate::runtime()?.block_on(async {
-        let store = args.store.open(Some(&contract)).await?;
-        out!(
-            "{}",
-            run(store.as_ref(), &contract, &salt, &args.delivery_id).await?
-        )?;
+        let gate = args.store.gate(Some(&contract), salt).await?;
+        out!("{}", run(&gate, &args.delivery_id).await?)?;
         Ok(())
     })
 }

@@ -3,20 +3,21 @@
 
 use anyhow::Result;
 use comfy_table::{presets::UTF8_BORDERS_ONLY, CellAlignment, Table};
-use oncegate_store::{ReportCounts, Store, TenantFilter};
+use oncegate::store::{ReportCounts, TenantFilter};
+use oncegate::Gate;
 use time::OffsetDateTime;
 
 /// The report as `GET /v1/report` serves it.
-pub async fn doc(store: &dyn Store, since: OffsetDateTime) -> Result<impl serde::Serialize> {
+pub async fn doc(gate: &Gate, since: OffsetDateTime) -> Result<impl serde::Serialize> {
     // The CLI reads every tenant, as an all-tenants token does, for which the API names the
     // total's tenant `*`.
-    let report = store.report(&TenantFilter::All, since).await?;
+    let report = gate.report(&TenantFilter::All, since).await?;
     Ok(oncegate_server::document::report(&report, since))
 }
 
 /// Renders the report of deliveries received since `since`.
-pub async fn render(store: &dyn Store, since: OffsetDateTime) -> Result<String> {
-    let report = store.report(&TenantFilter::All, since).await?;
+pub async fn render(gate: &Gate, since: OffsetDateTime) -> Result<String> {
+    let report = gate.report(&TenantFilter::All, since).await?;
     let mut table = Table::new();
     table.load_preset(UTF8_BORDERS_ONLY);
     table.set_header(vec![

@@ -82,13 +82,13 @@ pub async fn run(o: Options<'_>) -> Result<()> {
     };
     crate::reconcile::check_authorities(&contract, o.ca_file)?;
     let location = o.store.location(Some(&contract))?;
-    let store = oncegate_store::open_at(&location)
+    let store = oncegate::store::open_at(&location)
         .await
         .with_context(|| format!("opening the store ({location})"))?;
     // Keys of operation-scoped strategies written before they were scoped by the operation
     // are moved once; later runs find nothing to move.
     let moved = store
-        .rescope(&oncegate_store::OperationScope::from_contract(&contract))
+        .rescope(&oncegate::store::OperationScope::from_contract(&contract))
         .await
         .context("moving operation-scoped keys to their operation's scope")?;
     if moved.effects > 0 {

@@ -2,14 +2,17 @@
 //! `ONCEGATE_STORE`, else the contract's `settings.store` (the contract the command reads, or
 //! the one every command finds: `ONCEGATE_CONTRACT`, then `./oncegate.toml`), else
 //! `sqlite://oncegate.db`. The string is checked before anything opens
-//! ([`oncegate_store::StoreLocation`]): a string that names no store is refused with the
-//! accepted forms.
+//! ([`oncegate::store::StoreLocation`]): a string that names no store is refused with the
+//! accepted forms. A command acts on it through a [`Gate`] over it, with the contract it read
+//! (or the one every command finds, else an empty one: reading and operator actions need no
+//! provider).
 
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use oncegate::store::{Store, StoreLocation};
+use oncegate::{Gate, GateConfig};
 use oncegate_core::contract::Contract;
-use oncegate_store::{Store, StoreLocation};
 
 /// The store when nothing names one.
 pub const DEFAULT: &str = "sqlite://oncegate.db";
@@ -48,9 +51,25 @@ impl StoreArg {
     /// Opens [`location`](Self::location)'s store (migrating its schema).
     pub async fn open(&self, contract: Option<&Contract>) -> Result<Arc<dyn Store>> {
         let location = self.location(contract)?;
-        oncegate_store::open_at(&location)
+        oncegate::store::open_at(&location)
             .await
             .with_context(|| format!("opening the store ({location})"))
+    }
+
+    /// A gate over [`location`](Self::location)'s store (its schema migrated), deciding with
+    /// `contract` (else the contract every command finds, else an empty one: its settings'
+    /// defaults, such as the lease) and `salt` (empty where nothing is keyed).
+    pub async fn gate(&self, contract: Option<&Contract>, salt: Vec<u8>) -> Result<Gate> {
+        let location = self.location(contract)?;
+        let contract = match contract {
+            Some(c) => c.clone(),
+            None => crate::contract::find(None)
+                .or_else(|_| oncegate_core::contract::parse("(no contract)", ""))?,
+        };
+        let store = oncegate::store::open_at(&location)
+            .await
+            .with_context(|| format!("opening the store ({location})"))?;
+        Ok(Gate::new(GateConfig::new(Arc::new(contract), store, salt)))
     }
 }
 

@@ -7,7 +7,7 @@
 use std::fmt;
 
 use axum::http::HeaderMap;
-use oncegate_store::TenantFilter;
+use oncegate::store::TenantFilter;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 

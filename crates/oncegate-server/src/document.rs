@@ -7,7 +7,8 @@
 //! The shapes are described in the OpenAPI document (`GET /v1/openapi.json`); here they are
 //! opaque values to serialize.
 
-use oncegate_store::{Breaker, QueueItem, QueuePage, Report, Store};
+use oncegate::store::{Breaker, QueueItem, QueuePage, Report, TenantFilter};
+use oncegate::Gate;
 use serde::Serialize;
 use time::OffsetDateTime;
 
@@ -17,13 +18,13 @@ use crate::routes;
 /// The proof of `delivery_id` as an admin reads it through the API (with the payload when
 /// `with_payload`); `not_found` or `not_decided` as the API answers them.
 pub async fn proof(
-    store: &dyn Store,
+    gate: &Gate,
     delivery_id: &str,
     with_payload: bool,
 ) -> Result<impl Serialize, ApiError> {
-    let every = |_: &str| true;
     let (body, _) =
-        routes::proof::build_from(store, &every, true, delivery_id, with_payload).await?;
+        routes::proof::build_from(gate, &TenantFilter::All, true, delivery_id, with_payload)
+            .await?;
     Ok(body)
 }
 

@@ -3,9 +3,9 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use oncegate::store::StoreError;
 use oncegate::{GateError, Refusal, RefusalKind};
 use oncegate_core::ids::DeliveryId;
-use oncegate_store::StoreError;
 
 use crate::wire::{ErrorBody, ErrorDetail};
 

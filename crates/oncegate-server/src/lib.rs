@@ -1,6 +1,6 @@
 //! The oncegate HTTP service: the only crate that knows HTTP and JSON wire types.
 //!
-//! It turns the pure engine (`oncegate-core`) and the durable store (`oncegate-store`) into the
+//! It turns the engine (`oncegate`: the gate over the pure core and the durable store) into the
 //! `/v1` API: providers post deliveries and get a decision, callers complete or fail
 //! the effects they reserved, operators read proofs, work the queue and read the report.
 //!
@@ -43,8 +43,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use oncegate::store::Store;
 use oncegate_core::contract::Contract;
-use oncegate_store::Store;
 
 mod auth;
 mod connection;

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use oncegate::{Gate, GateConfig};
 use oncegate_core::contract::Contract;
-use oncegate_store::Store;
 use time::OffsetDateTime;
 
 use crate::auth::Tokens;
@@ -18,7 +17,6 @@ use crate::ServiceConfig;
 pub(crate) struct Inner {
     pub gate: Gate,
     pub contract: Arc<Contract>,
-    pub store: Arc<dyn Store>,
     pub salt: Vec<u8>,
     pub tokens: Tokens,
     pub secrets: ProviderSecrets,
@@ -48,7 +46,6 @@ impl AppState {
             tokens: Tokens::new(&config.tokens),
             token_key: TokenKey::derive(&config.salt),
             contract: gate.contract().clone(),
-            store: gate.store().clone(),
             gate,
             salt: config.salt,
             secrets: config.secrets,

@@ -4,8 +4,8 @@
 //! Field names follow the HTTP contract (v1) in docs/api.md exactly; fields marked "extra" are
 //! additions the contract allows.
 
+use oncegate::store::{EffectState, StrategyRef};
 use oncegate_core::matrix::{Difference, Layer, Prior};
-use oncegate_store::{EffectState, StrategyRef};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use time::OffsetDateTime;

@@ -49,7 +49,7 @@ async fn main() -> anyhow::Result<()> {
     let url = std::env::var("ONCEGATE_STORE")
         .unwrap_or_else(|_| format!("sqlite://{}", dir.path().join("oncegate.db").display()));
     let gate = Gate::open(contract, &url, b"salt from the environment".to_vec()).await?;
-    println!("store: {}\n", gate.store().backend());
+    println!("store: {}\n", gate.backend());
 
     // 1. A refund of 15.00 EUR with the merchant's request reference: it runs.
     let first = r#"{"type":"refund.created","sent_at":"2026-03-05T16:02:11Z","attempt":1,"data":{"payment_id":"pay_7Hq2","request_ref":"RR-1","amount":1500,"currency":"EUR"}}"#;
@@ -111,7 +111,6 @@ async fn main() -> anyhow::Result<()> {
     }
 
     let report = gate
-        .store()
         .report(&TenantFilter::All, time::OffsetDateTime::UNIX_EPOCH)
         .await?;
     let t = &report.total;

@@ -188,23 +188,6 @@ impl Gate {
     }
 }
 
-impl Gate {
-    /// Re-sends a dead letter (an operator's decision, from the queue): its effect is held
-    /// again under the next fencing token and a fresh attempt series starts now. `Conflict`
-    /// when the forward is not dead, `NotFound` when the effect has none.
-    pub async fn resend_forward(
-        &self,
-        effect: &oncegate_core::ids::EffectId,
-    ) -> Result<ForwardRecord, oncegate_store::StoreError> {
-        let f = self
-            .store()
-            .forward_resend(effect, self.lease_time(), self.now())
-            .await?;
-        self.forward_wake().notify_one();
-        Ok(f)
-    }
-}
-
 /// The forwarder's loop, until the upkeep is dropped.
 pub(crate) async fn run_forever(gate: Gate, settings: ForwarderSettings, http: reqwest::Client) {
     let Some(poll) = settings.poll else { return };

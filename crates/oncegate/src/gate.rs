@@ -152,8 +152,8 @@ impl Gate {
         &self.0.contract
     }
 
-    /// The store the gate decides in.
-    pub fn store(&self) -> &Arc<dyn Store> {
+    /// The store the gate decides in: the engine's own; embedders act through the gate.
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
         &self.0.store
     }
 

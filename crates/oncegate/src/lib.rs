@@ -18,6 +18,13 @@
 //! The [`Upkeep`] (lease sweep, reconciler, retention purge) runs beside it; it stops when
 //! dropped. The HTTP service (`oncegate-server`) is a thin adapter over this crate.
 //!
+//! A person acts through the gate too, whatever the medium: [`Gate::queue_item_named`] and
+//! [`Gate::resolve_queue_item`] work the queue, [`Gate::close_breaker`],
+//! [`Gate::resend_forward`], [`Gate::purge`], [`Gate::replay`] and [`Gate::migrate_effect`]
+//! act, [`Gate::delivery_proof`] reads a delivery's whole proof ([`DeliveryProof`]), and the
+//! listings (`deliveries`, `queue_page`, `report`, `breakers`, `forwards`…) read the store's
+//! records, whose types [`store`] re-exports.
+//!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! use oncegate::{Gate, Outcome, Reception};
@@ -57,18 +64,23 @@ mod error;
 mod forwarder;
 mod gate;
 mod metrics;
+mod migration;
+mod operations;
 mod outcome;
 mod pipeline;
 mod plan;
+mod proof;
 mod purge;
 mod reception;
 mod reconciler;
+mod records;
 mod refusal;
 pub mod replay;
 mod shadow;
 mod trust;
 mod upkeep;
 mod verifier;
+mod work;
 
 pub use authority::{AuthorityError, AuthorityPolicy};
 pub use batch::BatchOutcome;
@@ -76,7 +88,10 @@ pub use error::GateError;
 pub use forwarder::ForwarderSettings;
 pub use gate::{system_clock, Clock, Gate, GateConfig, MAX_RESULT_BYTES};
 pub use metrics::Metrics;
+pub use migration::AliasOutcome;
+pub use operations::{QueueLookupError, ResolveError};
 pub use outcome::{Held, Outcome, Proof, Rejected};
+pub use proof::DeliveryProof;
 pub use reception::{Body, Cut, Reception};
 pub use reconciler::{
     reconcile_once, Evidence, ItemReport, ReconcileError, ReconcilerSettings, RunReport,
@@ -86,7 +101,9 @@ pub use refusal::{Refusal, RefusalKind};
 pub use trust::TrustError;
 pub use upkeep::{check_authorities, Upkeep, UpkeepSettings};
 
-/// Re-exported so an embedding program needs one dependency: the contract's parser and the
-/// store's opener.
+/// Re-exported so an embedding program (and the HTTP service and the command line above this
+/// crate) needs one dependency: the contract's parser, and the store's opener and the record
+/// types the gate's methods take and return (with its `testing` helpers under this crate's
+/// `testing` feature).
 pub use oncegate_core as core;
 pub use oncegate_store as store;

@@ -345,7 +345,7 @@ impl Metrics {
     }
 
     /// Counts a queue resolution by its outcome (`duplicate`, `distinct`).
-    pub fn resolution(&self, outcome: &str) {
+    pub(crate) fn resolution(&self, outcome: &str) {
         self.resolutions
             .get_or_create(&OutcomeLabels {
                 outcome: outcome.to_owned(),
@@ -362,7 +362,7 @@ impl Metrics {
     }
 
     /// Sets a strategy's breaker gauge (1 open, 0 closed).
-    pub fn breaker(&self, scope: &BreakerScope, open: bool) {
+    pub(crate) fn breaker(&self, scope: &BreakerScope, open: bool) {
         self.breaker_open
             .get_or_create(&StrategyLabels {
                 provider: scope.provider.clone(),
@@ -374,13 +374,13 @@ impl Metrics {
     }
 
     /// Counts an item a person resolved (how long it waited, by whom it was settled).
-    pub fn settled_by_person(&self, item: &oncegate_store::QueueItem, now: OffsetDateTime) {
+    pub(crate) fn settled_by_person(&self, item: &oncegate_store::QueueItem, now: OffsetDateTime) {
         self.reconcile.settled("person", item, now);
     }
 
     /// Reads the shared gauges from the store. A store that does not answer leaves the last
     /// values in place and sets `oncegate_store_up` to 0.
-    pub async fn refresh(&self, store: &dyn Store, now: OffsetDateTime) {
+    pub(crate) async fn refresh(&self, store: &dyn Store, now: OffsetDateTime) {
         if store.ping().await.is_err() {
             self.store_up.set(0);
             return;

@@ -28,8 +28,7 @@ pub(crate) async fn run(gate: Gate, every: Duration) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let now = gate.now();
-        match gate.store().purge(&policy(&gate), now, false).await {
+        match gate.purge(false).await {
             Ok(c) => tracing::info!(
                 index_entries = c.index_entries,
                 payloads = c.payloads,

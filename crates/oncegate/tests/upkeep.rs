@@ -25,7 +25,7 @@ async fn abandoned(gate: &Gate, reference: &str) -> EffectId {
 }
 
 async fn state(gate: &Gate, effect: &EffectId) -> EffectState {
-    gate.store().effect(effect).await.unwrap().unwrap().state
+    gate.effect(effect).await.unwrap().unwrap().state
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,15 +7,14 @@
 //! resolved ambiguity becomes a regression case that `corpus replay` checks forever after.
 
 use anyhow::{bail, Context, Result};
+use oncegate::store::{DeliveryFilter, QueueFilter, QueueStatus, ResolutionOutcome, TenantFilter};
+use oncegate::Gate;
 use oncegate_core::canon::to_key_form;
 use oncegate_core::contract::Contract;
 use oncegate_core::corpus::{Body, Label, Record};
 use oncegate_core::identity::mask;
 use oncegate_core::ids::DeliveryId;
 use oncegate_core::json::{self, Limits, Value};
-use oncegate_store::{
-    DeliveryFilter, QueueFilter, QueueStatus, ResolutionOutcome, Store, TenantFilter,
-};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use time::format_description::well_known::Rfc3339;
@@ -37,8 +36,8 @@ pub struct Exported {
 }
 
 /// Labels from resolved queue items: delivery id → label.
-async fn labels(store: &dyn Store) -> Result<HashMap<String, Label>> {
-    let items = store
+async fn labels(gate: &Gate) -> Result<HashMap<String, Label>> {
+    let items = gate
         .queue_list(&QueueFilter {
             tenants: TenantFilter::All,
             status: Some(QueueStatus::Resolved),
@@ -98,12 +97,12 @@ fn masked(
     Ok(())
 }
 
-pub async fn run(store: &dyn Store, options: &Options<'_>) -> Result<Exported> {
-    let labels = labels(store).await?;
+pub async fn run(gate: &Gate, options: &Options<'_>) -> Result<Exported> {
+    let labels = labels(gate).await?;
     let mut summaries = Vec::new();
     let mut before: Option<DeliveryId> = None;
     loop {
-        let page = store
+        let page = gate
             .deliveries(&DeliveryFilter {
                 since: options.since,
                 before: before.clone(),
@@ -132,7 +131,7 @@ pub async fn run(store: &dyn Store, options: &Options<'_>) -> Result<Exported> {
         if options.resolved && label.is_none() {
             continue;
         }
-        let Some(d) = store.delivery(&s.delivery.id).await? else {
+        let Some(d) = gate.delivery(&s.delivery.id).await? else {
             continue;
         };
         let Some(payload) = d.payload else {

@@ -217,9 +217,9 @@ pub fn run(command: CorpusCommand) -> Result<crate::exit::Status> {
             let since = export::since(since.as_deref())?;
             let salt = crate::salt::read()?;
             let exported = crate::runtime()?.block_on(async {
-                let store = store.open(None).await?;
+                let gate = store.gate(None, Vec::new()).await?;
                 export::run(
-                    store.as_ref(),
+                    &gate,
                     &export::Options {
                         contract: &contract,
                         salt,

@@ -47,7 +47,7 @@ fn action_of(s: &str) -> Option<Action> {
 pub async fn replay(name: &str, contract: Contract, corpus: &Corpus) -> Result<Replay> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let db = dir.path().join("replay.db");
-    let store = oncegate_store::open_at(&oncegate_store::StoreLocation::Sqlite(db)).await?;
+    let store = oncegate::store::open_at(&oncegate::store::StoreLocation::Sqlite(db)).await?;
     let contract = Arc::new(contract);
     // The service reads the time from the record being replayed, so horizons and leases
     // behave as they did when the deliveries were received.

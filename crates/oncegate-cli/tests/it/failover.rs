@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use oncegate_store::testing::cluster::Cluster;
+use oncegate::store::testing::cluster::Cluster;
 
 use crate::serve::{start_with, stop};
 

@@ -4,9 +4,9 @@
 use std::process::{Command, Output};
 use std::sync::Arc;
 
+use oncegate::store::testing::TestDatabase;
 use oncegate::store::{ForwardEnd, ForwardNext};
 use oncegate::{Gate, GateConfig, Outcome, Reception};
-use oncegate_store::testing::TestDatabase;
 
 fn oncegate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_oncegate"))
@@ -55,7 +55,7 @@ criticality = "reversible"
 async fn a_dead_letter_is_listed_explained_and_resent() {
     let db = TestDatabase::sqlite();
     let contract = oncegate_core::contract::parse("c.toml", CONTRACT).unwrap();
-    let store = oncegate_store::open(&db.url).await.unwrap();
+    let store = oncegate::store::open(&db.url).await.unwrap();
     let gate = Gate::new(GateConfig::new(
         Arc::new(contract),
         store.clone(),

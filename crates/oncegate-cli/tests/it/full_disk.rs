@@ -297,7 +297,7 @@ async fn a_full_disk_under_the_store_and_its_log_still_answers_every_delivery() 
 /// says so and checks nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_under_postgresql_loses_nothing_and_the_service_recovers() {
-    use oncegate_store::testing::cluster::Cluster;
+    use oncegate::store::testing::cluster::Cluster;
     if !is_root() {
         eprintln!("skipped: PostgreSQL on a small disk needs root (mount, and the postgres user)");
         return;

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
-use oncegate_store::testing::TestDatabase;
+use oncegate::store::testing::TestDatabase;
 use serde_json::{json, Value};
 
 use crate::service::CONTRACT;
@@ -283,9 +283,9 @@ async fn documents_match_the_api(url: &str) {
 
     // A reception journaled with no decision: explain keeps every name of the proof, the
     // decision's fields null, and the report counts it in the gap yet still exits 0.
-    let journal = oncegate_store::open(url).await.unwrap();
+    let journal = oncegate::store::open(url).await.unwrap();
     let undecided = journal
-        .journal(oncegate_store::NewReception {
+        .journal(oncegate::store::NewReception {
             tenant: "acme".into(),
             provider: "payflow".into(),
             env: "live".into(),

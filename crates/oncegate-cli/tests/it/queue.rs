@@ -4,7 +4,7 @@
 
 use std::process::{Command, Output};
 
-use oncegate_store::testing::TestDatabase;
+use oncegate::store::testing::TestDatabase;
 use serde_json::{json, Value};
 
 const SALT: &str = "cli-queue-salt";
@@ -99,7 +99,7 @@ async fn walk_the_queue(url: &str) {
     // A crash: its lease swept an hour later, and a retry queued against the unknown effect.
     let crashed = deliver(refund("pay_c8", "2024-05-01T11:00:00Z")).await;
     assert_eq!(crashed["action"], "process", "{crashed}");
-    let swept = oncegate_store::open(url).await.unwrap();
+    let swept = oncegate::store::open(url).await.unwrap();
     swept
         .expire_leases(time::OffsetDateTime::now_utc() + time::Duration::hours(1))
         .await

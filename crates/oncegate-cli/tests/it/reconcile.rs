@@ -68,7 +68,7 @@ async fn queue_second_refund(base: &str) -> Queued {
     std::fs::write(&contract_path, &text).unwrap();
 
     let contract = Arc::new(oncegate_core::contract::parse("oncegate.toml", &text).unwrap());
-    let store = oncegate_store::open(&format!("sqlite://{}", db.display()))
+    let store = oncegate::store::open(&format!("sqlite://{}", db.display()))
         .await
         .unwrap();
     let mut config = ServiceConfig::new(contract, store, SALT.as_bytes().to_vec());

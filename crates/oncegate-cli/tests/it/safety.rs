@@ -46,7 +46,7 @@ struct Running {
 
 /// The real service, in-process, on `url`, with a breaker that trips on 4 matches over 20 %.
 async fn start(url: &str) -> Running {
-    let store = oncegate_store::open(url).await.expect("the store opens");
+    let store = oncegate::store::open(url).await.expect("the store opens");
     let text = std::fs::read_to_string(CONTRACT).unwrap();
     let mut contract = oncegate_core::contract::parse(CONTRACT, &text).unwrap();
     contract.settings.breaker_min_sample = 4;

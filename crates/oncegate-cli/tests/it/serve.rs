@@ -191,7 +191,7 @@ fn a_store_string_that_names_no_store_is_refused_and_nothing_is_created() {
 
 #[tokio::test]
 async fn serve_answers_on_postgresql() {
-    let db = oncegate_store::testing::TestDatabase::postgres("oncegate_cli_test").await;
+    let db = oncegate::store::testing::TestDatabase::postgres("oncegate_cli_test").await;
     let server = start(&db.url);
     assert!(
         server

@@ -17,7 +17,7 @@ pub(crate) async fn start(
     salt: &str,
     tokens: &str,
 ) -> (String, tokio::sync::oneshot::Sender<()>) {
-    let store = oncegate_store::open(url).await.expect("the store opens");
+    let store = oncegate::store::open(url).await.expect("the store opens");
     let text = std::fs::read_to_string(CONTRACT).unwrap();
     let contract = oncegate_core::contract::parse(CONTRACT, &text).unwrap();
     let mut config = ServiceConfig::new(Arc::new(contract), store, salt.as_bytes().to_vec());

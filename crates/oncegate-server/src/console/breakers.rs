@@ -4,7 +4,7 @@
 use axum::extract::State;
 use axum::response::Response;
 use maud::html;
-use oncegate_store::{BreakerState, TenantFilter};
+use oncegate::store::{BreakerState, TenantFilter};
 use serde::Deserialize;
 
 use super::layout::{self, Nav};
@@ -28,10 +28,7 @@ pub(crate) async fn page(
     State(state): State<AppState>,
     Signed(s): Signed,
 ) -> Result<Response, PageError> {
-    let list = state
-        .store
-        .breakers(&state.gate.breaker_rule(), state.now())
-        .await?;
+    let list = state.gate.breakers(&state.gate.breaker_rule()).await?;
     let open: Vec<_> = list
         .iter()
         .filter(|b| b.state == BreakerState::Open)

@@ -7,7 +7,7 @@
 //! the difference is exact, and no delivery list is ever read whole.
 
 use maud::{html, Markup};
-use oncegate_store::ReportCounts;
+use oncegate::store::ReportCounts;
 use time::OffsetDateTime;
 
 use super::layout;

@@ -4,9 +4,9 @@
 use axum::extract::State;
 use axum::response::Response;
 use maud::{html, Markup};
+use oncegate::store::DeliveryFilter;
 use oncegate_core::ids::DeliveryId;
 use oncegate_core::matrix::Action;
-use oncegate_store::DeliveryFilter;
 use serde::Deserialize;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -134,7 +134,7 @@ pub(crate) async fn search(
         limit: PAGE + 1,
         ..DeliveryFilter::default()
     };
-    let mut rows = state.store.deliveries(&filter).await?;
+    let mut rows = state.gate.deliveries(&filter).await?;
     // The store filters by tenant in its query; checking again keeps a restricted session's
     // view closed even if a filter were ever dropped on the way.
     rows.retain(|r| s.caller.sees(&r.delivery.tenant));

@@ -5,7 +5,7 @@
 use axum::extract::{Path, State};
 use axum::response::Response;
 use maud::{html, Markup};
-use oncegate_store::ForwardState;
+use oncegate::store::ForwardState;
 use serde::Deserialize;
 
 use super::layout;
@@ -24,14 +24,9 @@ pub(crate) struct ResendForm {
 
 /// The dead letters the session sees, each with its re-send form; nothing when there is none.
 pub(crate) async fn dead_letters(state: &AppState, s: &Session) -> Result<Markup, PageError> {
-    let dead = list_body(
-        state.store.as_ref(),
-        &s.caller,
-        Some(ForwardState::Dead),
-        SHOWN,
-    )
-    .await
-    .map_err(crate::error::ApiError::from)?;
+    let dead = list_body(&state.gate, &s.caller, Some(ForwardState::Dead), SHOWN)
+        .await
+        .map_err(crate::error::ApiError::from)?;
     if dead.forwards.is_empty() {
         return Ok(html! {});
     }

@@ -3,7 +3,7 @@
 
 use axum::http::StatusCode;
 use maud::{html, Markup, DOCTYPE};
-use oncegate_store::TenantFilter;
+use oncegate::store::TenantFilter;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 

@@ -152,8 +152,8 @@ impl From<ApiError> for PageError {
     }
 }
 
-impl From<oncegate_store::StoreError> for PageError {
-    fn from(e: oncegate_store::StoreError) -> Self {
+impl From<oncegate::store::StoreError> for PageError {
+    fn from(e: oncegate::store::StoreError) -> Self {
         PageError(e.into())
     }
 }

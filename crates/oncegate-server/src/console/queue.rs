@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use maud::{html, Markup};
-use oncegate_store::{QueueCounts, QueueCursor, QueueFilter, QueueKind, QueueStatus};
+use oncegate::store::{QueueCounts, QueueCursor, QueueFilter, QueueKind, QueueStatus};
 use serde::Deserialize;
 
 use super::layout::{self, Nav};
@@ -146,7 +146,7 @@ async fn count_open(
     provider: Option<String>,
 ) -> Result<QueueCounts, PageError> {
     let page = state
-        .store
+        .gate
         .queue_page(&QueueFilter {
             tenants: s.caller.tenants.clone(),
             provider,
@@ -175,7 +175,7 @@ pub(crate) async fn page(
     let filter = parse_filter(&q, &s)?;
     // One page at the cursor, keyed on the items' (created_at, id) like `GET /v1/queue`, with
     // the counts read in the same transaction.
-    let page = state.store.queue_page(&filter).await?;
+    let page = state.gate.queue_page(&filter).await?;
     let now = state.now();
     let shown: Vec<QueueItemBody> = page
         .items

@@ -5,7 +5,7 @@
 use axum::extract::State;
 use axum::response::Response;
 use maud::{html, Markup};
-use oncegate_store::{ReportCounts, TenantFilter};
+use oncegate::store::{ReportCounts, TenantFilter};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
@@ -46,7 +46,7 @@ pub(crate) async fn page(
     ConsoleQuery(q): ConsoleQuery<ReportPageQuery>,
 ) -> Result<Response, PageError> {
     let since = parse_time("since", &q.since)?.unwrap_or(OffsetDateTime::UNIX_EPOCH);
-    let report = state.store.report(&s.caller.tenants, since).await?;
+    let report = state.gate.report(&s.caller.tenants, since).await?;
     let rows: Vec<_> = report
         .rows
         .iter()
@@ -128,7 +128,7 @@ pub(crate) async fn decisions(
     let tenants: &TenantFilter = &s.caller.tenants;
     let mut totals = Vec::with_capacity(edges.len());
     for e in &edges {
-        totals.push(state.store.report(tenants, *e).await?.total);
+        totals.push(state.gate.report(tenants, *e).await?.total);
     }
     let buckets = chart::buckets(&edges, &totals);
     let daily = q.range == "30d";

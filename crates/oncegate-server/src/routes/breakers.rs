@@ -4,7 +4,7 @@
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
-use oncegate_store::{Breaker, BreakerScope, StoreError, TenantFilter};
+use oncegate::store::{Breaker, BreakerScope, StoreError, TenantFilter};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
@@ -99,10 +99,7 @@ pub(crate) async fn list(
         .tokens
         .require(&headers, &[Role::Operator, Role::Admin])?;
     // Breakers count matches across tenants (a strategy is shared) and carry no tenant data.
-    let list = state
-        .store
-        .breakers(&state.gate.breaker_rule(), state.now())
-        .await?;
+    let list = state.gate.breakers(&state.gate.breaker_rule()).await?;
     Ok(Json(list_body(&list)))
 }
 
@@ -176,11 +173,7 @@ pub(crate) async fn close_breaker(
         strategy: req.strategy,
         version: req.version,
     };
-    let closed = match state
-        .store
-        .breaker_close(&scope, note, &by, state.now())
-        .await
-    {
+    let closed = match state.gate.close_breaker(&scope, note, &by).await {
         Ok(b) => b,
         Err(StoreError::Conflict(_)) => {
             return Err(ApiError::new(
@@ -196,15 +189,5 @@ pub(crate) async fn close_breaker(
         }
         Err(e) => return Err(e.into()),
     };
-    state.gate.metrics().breaker(&scope, false);
-    tracing::info!(
-        provider = %scope.provider,
-        env = %scope.env,
-        event_type = %scope.event_type,
-        strategy = %scope.strategy_label(),
-        by = %by,
-        note = %note,
-        "collision breaker closed by an operator"
-    );
     Ok(closed)
 }

@@ -4,8 +4,8 @@
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
+use oncegate::store::TenantFilter;
 use oncegate_core::ids::EffectId;
-use oncegate_store::TenantFilter;
 
 use super::ApiJson;
 use crate::auth::Role;
@@ -38,7 +38,7 @@ async fn holder(
             return Ok((id, fencing));
         }
     }
-    match state.store.effect_tenant(&id).await? {
+    match state.gate.effect_tenant(&id).await? {
         Some(tenant) if caller.sees(&tenant) => {}
         _ => return Err(missing()),
     }

@@ -5,10 +5,9 @@
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
+use oncegate::store::{ForwardAttempt, ForwardFilter, ForwardRecord, ForwardState, StoreError};
+use oncegate::Gate;
 use oncegate_core::ids::EffectId;
-use oncegate_store::{
-    ForwardAttempt, ForwardFilter, ForwardRecord, ForwardState, Store, StoreError,
-};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
@@ -102,9 +101,14 @@ fn attempt_body(a: &ForwardAttempt) -> ForwardAttemptBody {
 }
 
 /// A forward with its attempts, as the routes and the proof show it.
-pub(crate) async fn body(store: &dyn Store, f: &ForwardRecord) -> Result<ForwardBody, StoreError> {
-    let log = store.forward_attempts(&f.effect).await?;
-    Ok(ForwardBody {
+pub(crate) async fn body(gate: &Gate, f: &ForwardRecord) -> Result<ForwardBody, StoreError> {
+    let log = gate.forward_attempts(&f.effect).await?;
+    Ok(body_with(f, &log))
+}
+
+/// A forward with its attempts as the API shows it.
+pub(crate) fn body_with(f: &ForwardRecord, log: &[ForwardAttempt]) -> ForwardBody {
+    ForwardBody {
         effect_id: f.effect.to_string(),
         delivery_id: f.delivery.to_string(),
         tenant: f.tenant.clone(),
@@ -120,17 +124,6 @@ pub(crate) async fn body(store: &dyn Store, f: &ForwardRecord) -> Result<Forward
         last_error: f.last_error.clone(),
         updated_at: f.updated_at,
         log: log.iter().map(attempt_body).collect(),
-    })
-}
-
-/// The forward of an effect with its attempts, when it has one.
-pub(crate) async fn of_effect(
-    store: &dyn Store,
-    effect: &EffectId,
-) -> Result<Option<ForwardBody>, StoreError> {
-    match store.forward(effect).await? {
-        Some(f) => Ok(Some(body(store, &f).await?)),
-        None => Ok(None),
     }
 }
 
@@ -172,14 +165,12 @@ pub(crate) async fn list(
             "limit must be between 1 and 100.",
         ));
     }
-    Ok(Json(
-        list_body(state.store.as_ref(), &caller, wanted, limit).await?,
-    ))
+    Ok(Json(list_body(&state.gate, &caller, wanted, limit).await?))
 }
 
 /// The listing, shared by the route and the console.
 pub(crate) async fn list_body(
-    store: &dyn Store,
+    gate: &Gate,
     caller: &Caller,
     state: Option<ForwardState>,
     limit: u32,
@@ -190,8 +181,8 @@ pub(crate) async fn list_body(
         limit,
     };
     let mut forwards = Vec::new();
-    for f in store.forwards(&filter).await? {
-        forwards.push(body(store, &f).await?);
+    for f in gate.forwards(&filter).await? {
+        forwards.push(body(gate, &f).await?);
     }
     Ok(ForwardListBody { forwards })
 }
@@ -231,7 +222,7 @@ pub(crate) async fn resend_as(
 ) -> Result<ForwardBody, ApiError> {
     let missing = || ApiError::not_found(format!("No forward of effect {raw_id} exists."));
     let effect: EffectId = raw_id.parse().map_err(|_| missing())?;
-    match state.store.forward(&effect).await? {
+    match state.gate.forward(&effect).await? {
         Some(f) if caller.sees(&f.tenant) => {}
         _ => return Err(missing()),
     }
@@ -244,5 +235,5 @@ pub(crate) async fn resend_as(
         Err(e) => return Err(e.into()),
     };
     tracing::info!(effect_id = %effect, by = %caller.label, series = f.series, "dead letter re-sent");
-    Ok(body(state.store.as_ref(), &f).await?)
+    Ok(body(&state.gate, &f).await?)
 }

@@ -23,9 +23,9 @@ pub(crate) async fn readyz(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     // A probe that hangs is read as a dead instance by a balancer with a shorter timeout than
     // ours: the check answers within `READY_BOUND`, ready or not.
-    match tokio::time::timeout(READY_BOUND, state.store.ping()).await {
+    match tokio::time::timeout(READY_BOUND, state.gate.ping()).await {
         Ok(Ok(())) => Ok(Json(
-            json!({"status": "ready", "store": state.store.backend()}),
+            json!({"status": "ready", "store": state.gate.backend()}),
         )),
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "not ready: the store does not answer");
@@ -50,15 +50,14 @@ pub(crate) async fn metrics(
             .tokens
             .require(&headers, &[Role::Operator, Role::Admin])?;
     }
-    let metrics = state.gate.metrics();
-    metrics.refresh(state.store.as_ref(), state.now()).await;
+    let text = state.gate.scrape_metrics().await;
     Ok((
         StatusCode::OK,
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        metrics.encode(),
+        text,
     )
         .into_response())
 }

@@ -6,9 +6,10 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
 use base64::Engine;
+use oncegate::store::{EffectRecord, QueueItem, ResolutionRecord, TenantFilter};
+use oncegate::{DeliveryProof, Gate};
 use oncegate_core::ids::DeliveryId;
 use oncegate_core::matrix::{Action, Layer};
-use oncegate_store::{EffectRecord, QueueItem, ResolutionRecord, Store};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use utoipa::IntoParams;
@@ -103,10 +104,9 @@ pub(crate) async fn build(
     raw_id: &str,
     want_payload: bool,
 ) -> Result<(ProofBody, ProofExtras), ApiError> {
-    let sees = |tenant: &str| caller.sees(tenant);
     build_from(
-        state.store.as_ref(),
-        &sees,
+        &state.gate,
+        &caller.tenants,
         caller.is_admin(),
         raw_id,
         want_payload,
@@ -114,47 +114,46 @@ pub(crate) async fn build(
     .await
 }
 
-/// The proof of `raw_id` read from `store` for a reader who sees the tenants `sees` accepts
-/// (and may read payloads when `admin`): the route's, the console's and `oncegate explain`'s.
+/// The proof of `raw_id` read through `gate` for a reader who sees `tenants` (and may read
+/// payloads when `admin`): the route's, the console's and `oncegate explain --json`'s.
 pub(crate) async fn build_from(
-    store: &dyn Store,
-    sees: &(dyn Fn(&str) -> bool + Sync),
+    gate: &Gate,
+    tenants: &TenantFilter,
     admin: bool,
     raw_id: &str,
     want_payload: bool,
 ) -> Result<(ProofBody, ProofExtras), ApiError> {
     let missing = || ApiError::not_found(format!("No delivery {raw_id} exists."));
     let id: DeliveryId = raw_id.parse().map_err(|_| missing())?;
-    let delivery = match store.delivery(&id).await? {
-        Some(d) if sees(&d.tenant) => d,
-        _ => return Err(missing()),
-    };
+    let DeliveryProof {
+        delivery,
+        decision,
+        details,
+        effect,
+        forward,
+        attempts,
+        queue_item,
+    } = gate
+        .delivery_proof(&id, tenants)
+        .await?
+        .ok_or_else(missing)?;
     if want_payload && !admin {
         return Err(ApiError::forbidden(
             "Only an admin token may read a delivery's payload.",
         ));
     }
-    let proof = store.proof(&id).await?.ok_or_else(|| {
+    let proof = decision.ok_or_else(|| {
         ApiError::new(
             Problem::NotFound,
             "not_decided",
             format!("Delivery {id} was journaled but has no recorded decision yet."),
         )
     })?;
-    let effect = match &proof.effect {
-        Some(e) => store.effect(e).await?,
-        None => None,
-    };
-    let queue_item = match &proof.queue_item {
-        Some(q) => store.queue_item(q).await?,
-        None => None,
-    };
     let resolution = queue_item
         .as_ref()
         .and_then(|item| item.resolution.as_ref().map(resolution_body));
     let details_value: serde_json::Value =
         serde_json::from_str(&proof.details_json).unwrap_or(serde_json::Value::Null);
-    let details = Details::parse(&proof.details_json);
     let (payload, payload_base64) = match (&delivery.payload, want_payload) {
         (Some(bytes), true) => match std::str::from_utf8(bytes)
             .ok()
@@ -221,10 +220,9 @@ pub(crate) async fn build_from(
             })
             .unwrap_or_default(),
         resolution,
-        forward: match &proof.effect {
-            Some(e) => super::forwards::of_effect(store, e).await?,
-            None => None,
-        },
+        forward: forward
+            .as_ref()
+            .map(|f| super::forwards::body_with(f, &attempts)),
         rule_version: proof.matrix_version,
         details: details_value,
         payload,

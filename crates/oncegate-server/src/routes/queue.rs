@@ -6,11 +6,11 @@
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
-use oncegate_core::ids::DeliveryId;
-use oncegate_store::{
-    DeliveryItems, QueueCursor, QueueFilter, QueueItem, QueueKind, QueueRef, QueueStatus,
-    Resolution, ResolutionOutcome, StatusCounts, StoreError, TenantFilter,
+use oncegate::store::{
+    QueueCursor, QueueFilter, QueueItem, QueueKind, QueueRef, QueueStatus, Resolution,
+    ResolutionOutcome, StatusCounts, TenantFilter,
 };
+use oncegate::{QueueLookupError, ResolveError};
 use time::OffsetDateTime;
 
 use super::proof::resolution_body;
@@ -27,10 +27,6 @@ use crate::wire::{
 /// A page holds `limit` items: 100 unless asked, never more than 1000.
 const DEFAULT_LIST: u32 = 100;
 const MAX_LIST: u32 = 1000;
-
-/// How many items of one delivery a resolution by delivery id looks at; a delivery has one or
-/// two in practice (a lease-expiry item after an earlier resolution, say).
-const MAX_DELIVERY_ITEMS: u32 = 100;
 
 pub(crate) fn item_body(item: &QueueItem, now: OffsetDateTime) -> QueueItemBody {
     QueueItemBody {
@@ -146,15 +142,15 @@ pub(crate) async fn list(
         .require(&headers, &[Role::Operator, Role::Admin])?;
     let now = state.now();
     let filter = filter_of(&q, caller.tenants.clone(), now)?;
-    let page = state.store.queue_page(&filter).await?;
-    let dead = state.store.forward_counts(&caller.tenants).await?.dead;
+    let page = state.gate.queue_page(&filter).await?;
+    let dead = state.gate.forward_counts(&caller.tenants).await?.dead;
     Ok(Json(list_body(&page, now, &|t| caller.sees(t), dead)))
 }
 
 /// A page of the queue as `GET /v1/queue` serves it, to a reader who sees the tenants `sees`
 /// accepts, beside the `dead_letters` that reader's tenants hold.
 pub(crate) fn list_body(
-    page: &oncegate_store::QueuePage,
+    page: &oncegate::store::QueuePage,
     now: OffsetDateTime,
     sees: &dyn Fn(&str) -> bool,
     dead_letters: u64,
@@ -197,32 +193,42 @@ fn already_resolved(item: &QueueItem) -> ApiError {
     )
 }
 
-/// Why a delivery with no queue item has none, as before items could be named directly.
-async fn not_queued(
-    state: &AppState,
-    caller_sees: impl Fn(&str) -> bool,
-    id: &DeliveryId,
-) -> Result<ApiError, ApiError> {
-    let missing = || ApiError::not_found(format!("No delivery {id} exists."));
-    Ok(match state.store.proof(id).await? {
-        Some(p) if caller_sees(&p.tenant) => ApiError::new(
+/// Why no queue item answers to the id a resolution named, as the API says it.
+fn not_found(e: QueueLookupError) -> ApiError {
+    match e {
+        QueueLookupError::NoItem(id) => ApiError::not_found(format!("No queue item {id} exists.")),
+        QueueLookupError::Ambiguous { delivery, open } => {
+            // Several open items: settling the wrong one would decide an effect's outcome,
+            // which cannot be undone, so the caller names one.
+            let ids: Vec<String> = open.iter().map(ToString::to_string).collect();
+            ApiError::new(
+                Problem::Conflict,
+                "ambiguous",
+                format!(
+                    "Delivery {delivery} has {} open queue items ({}); resolve one by its queue_item_id.",
+                    ids.len(),
+                    ids.join(", ")
+                ),
+            )
+        }
+        QueueLookupError::Decided { delivery, action } => ApiError::new(
             Problem::NotFound,
             "not_queued",
             format!(
-                "Delivery {id} was decided `{}`; it is not in the queue.",
-                p.action.as_str()
+                "Delivery {delivery} was decided `{}`; it is not in the queue.",
+                action.as_str()
             ),
         ),
-        Some(_) => missing(),
-        None => match state.store.delivery(id).await? {
-            Some(d) if caller_sees(&d.tenant) => ApiError::new(
-                Problem::NotFound,
-                "not_queued",
-                format!("Delivery {id} has no recorded decision, so nothing to resolve."),
-            ),
-            _ => missing(),
-        },
-    })
+        QueueLookupError::Undecided(delivery) => ApiError::new(
+            Problem::NotFound,
+            "not_queued",
+            format!("Delivery {delivery} has no recorded decision, so nothing to resolve."),
+        ),
+        QueueLookupError::NoDelivery(delivery) => {
+            ApiError::not_found(format!("No delivery {delivery} exists."))
+        }
+        QueueLookupError::Store(e) => e.into(),
+    }
 }
 
 /// Settles an open item as `distinct` or `duplicate`, named by its queue item id or by a
@@ -275,46 +281,10 @@ pub(crate) async fn resolve_item(
             format!("outcome {:?} is not distinct or duplicate.", req.outcome),
         )
     })?;
-    let item = match &target {
-        QueueRef::Item(id) => match state.store.queue_item(id).await? {
-            Some(item) if caller.sees(&item.tenant) => item,
-            _ => return Err(ApiError::not_found(format!("No queue item {id} exists."))),
-        },
-        QueueRef::Delivery(id) => {
-            let items = state
-                .store
-                .queue_list(&QueueFilter {
-                    tenants: caller.tenants.clone(),
-                    status: None,
-                    delivery: Some(id.clone()),
-                    limit: MAX_DELIVERY_ITEMS,
-                    ..QueueFilter::default()
-                })
-                .await?;
-            match DeliveryItems::of(&items) {
-                DeliveryItems::Open(item) => item.clone(),
-                DeliveryItems::Resolved(item) => return Err(already_resolved(item)),
-                // Several open items: settling the wrong one would decide an effect's outcome,
-                // which cannot be undone, so the caller names one.
-                DeliveryItems::Ambiguous(ids) => {
-                    let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
-                    return Err(ApiError::new(
-                        Problem::Conflict,
-                        "ambiguous",
-                        format!(
-                            "Delivery {id} has {} open queue items ({}); resolve one by its queue_item_id.",
-                            ids.len(),
-                            ids.join(", ")
-                        ),
-                    ));
-                }
-                DeliveryItems::None => return Err(not_queued(state, |t| caller.sees(t), id).await?),
-            }
-        }
+    let item = match state.gate.queue_item_named(&target, &caller.tenants).await {
+        Ok(item) => item,
+        Err(e) => return Err(not_found(e)),
     };
-    if item.resolution.is_some() {
-        return Err(already_resolved(&item));
-    }
     let authoritative_ref = req
         .authoritative_ref
         .map(|r| r.trim().to_owned())
@@ -330,37 +300,20 @@ pub(crate) async fn resolve_item(
             .unwrap_or_else(|| caller.label.clone()),
         at: state.now(),
     };
-    let resolved = match state.store.resolve(&item.id, resolution).await {
+    let resolved = match state.gate.resolve_queue_item(&item, resolution).await {
         Ok(resolved) => resolved,
-        // Resolved meanwhile (or settled with another item of the same effect).
-        Err(StoreError::Conflict(_)) => match state.store.queue_item(&item.id).await? {
-            Some(now) if now.resolution.is_some() => return Err(already_resolved(&now)),
-            _ => {
-                return Err(ApiError::new(
-                    Problem::Conflict,
-                    "conflict",
-                    format!(
-                        "Queue item {} could not be resolved as {}: its effect changed meanwhile, or the reconciler cannot release an effect whose outcome is unknown.",
-                        item.id,
-                        outcome.as_str()
-                    ),
-                ))
-            }
-        },
-        Err(e) => return Err(e.into()),
+        Err(ResolveError::AlreadyResolved(now)) => return Err(already_resolved(&now)),
+        Err(ResolveError::Conflict { item, .. }) => {
+            return Err(ApiError::new(
+                Problem::Conflict,
+                "conflict",
+                format!(
+                    "Queue item {item} could not be resolved as {}: its effect changed meanwhile, or the reconciler cannot release an effect whose outcome is unknown.",
+                    outcome.as_str()
+                ),
+            ))
+        }
+        Err(ResolveError::Store(e)) => return Err(e.into()),
     };
-    state.gate.metrics().resolution(outcome.as_str());
-    state
-        .gate
-        .metrics()
-        .settled_by_person(&resolved, state.now());
-    tracing::info!(
-        delivery_id = %resolved.delivery,
-        queue_item_id = %resolved.id,
-        tenant = %resolved.tenant,
-        outcome = outcome.as_str(),
-        effect_id = resolved.resolution.as_ref().and_then(|r| r.effect.as_ref()).map(|e| e.to_string()).unwrap_or_default(),
-        "queue item resolved"
-    );
     Ok(resolved)
 }

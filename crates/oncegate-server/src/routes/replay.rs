@@ -56,7 +56,7 @@ pub(crate) async fn replay(
     let missing = || ApiError::not_found(format!("No delivery {raw_id} exists."));
     let id: DeliveryId = raw_id.parse().map_err(|_| missing())?;
     // A delivery of a tenant the token does not see does not exist for it.
-    match state.store.delivery(&id).await? {
+    match state.gate.delivery(&id).await? {
         Some(d) if caller.sees(&d.tenant) => {}
         _ => return Err(missing()),
     }

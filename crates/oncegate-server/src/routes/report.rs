@@ -5,7 +5,7 @@
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
-use oncegate_store::{ReportCounts, TenantFilter};
+use oncegate::store::{ReportCounts, TenantFilter};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
@@ -95,7 +95,7 @@ pub(crate) async fn report(
             (caller.tenants.clone(), only)
         }
     };
-    let report = state.store.report(&filter, since).await?;
+    let report = state.gate.report(&filter, since).await?;
     Ok(Json(body(&report, since, &total_tenant, &|t| {
         caller.sees(t)
     })))
@@ -104,7 +104,7 @@ pub(crate) async fn report(
 /// The report as `GET /v1/report` serves it, to a reader who sees the tenants `sees` accepts;
 /// the total's tenant is `total_tenant` (`*` for several), its provider and env `*`.
 pub(crate) fn body(
-    report: &oncegate_store::Report,
+    report: &oncegate::store::Report,
     since: OffsetDateTime,
     total_tenant: &str,
     sees: &dyn Fn(&str) -> bool,

@@ -56,15 +56,10 @@ pub(crate) async fn claim(
     // One claim per call to the store: each is its own exclusive hand-over, so a failure half
     // way leaves the items already claimed valid and the rest unclaimed.
     for _ in 0..limit {
-        let now = state.now();
-        let Some(c) = state
-            .store
-            .claim(&worker, &caller.tenants, lease, now)
-            .await?
-        else {
+        let Some(c) = state.gate.claim(&worker, &caller.tenants, lease).await? else {
             break;
         };
-        let payload = match state.store.delivery(&c.delivery).await? {
+        let payload = match state.gate.delivery(&c.delivery).await? {
             Some(d) => d
                 .payload
                 .and_then(|p| String::from_utf8(p).ok())

@@ -5,10 +5,10 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
+pub use oncegate::store::testing::pg_admin;
+use oncegate::store::testing::TestDatabase;
 use oncegate_core::contract::{self, Contract, Encoding};
 use oncegate_server::{ApiToken, ProviderSecrets, ServiceConfig};
-pub use oncegate_store::testing::pg_admin;
-use oncegate_store::testing::TestDatabase;
 use serde_json::Value;
 use time::OffsetDateTime;
 use tokio::sync::oneshot;
@@ -130,7 +130,7 @@ impl Service {
         store: &str,
         tweak: impl FnOnce(&mut ServiceConfig),
     ) -> Service {
-        let store = oncegate_store::open(store)
+        let store = oncegate::store::open(store)
             .await
             .unwrap_or_else(|e| panic!("opening {store}: {e}"));
         let contract = contract();

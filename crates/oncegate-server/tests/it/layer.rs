@@ -23,7 +23,7 @@ use crate::harness::{self, Backend, Kind, PAYFLOW_SECRET};
 struct Handler {
     runs: Arc<Mutex<Vec<Effect>>>,
     script: Arc<Mutex<VecDeque<StatusCode>>>,
-    elsewhere: Arc<Mutex<Option<Arc<dyn oncegate_store::Store>>>>,
+    elsewhere: Arc<Mutex<Option<Arc<dyn oncegate::store::Store>>>>,
 }
 
 async fn apply_refund(
@@ -74,7 +74,7 @@ struct Consumer {
 impl Consumer {
     async fn start(kind: Kind) -> Consumer {
         let backend = Backend::new(kind).await;
-        let store = oncegate_store::open(&backend.url).await.unwrap();
+        let store = oncegate::store::open(&backend.url).await.unwrap();
         let contract = harness::contract();
         let gate = Gate::new(GateConfig::new(
             contract.clone(),
@@ -242,7 +242,7 @@ pub async fn a_failing_handler_is_retried_and_a_permanent_failure_is_kept(kind: 
 /// days; and on PostgreSQL a statement the database refuses is a 500 with a correlation id.
 pub async fn an_outcome_the_store_refuses_is_answered_as_its_error(kind: Kind) {
     let c = Consumer::start(kind).await;
-    let other = oncegate_store::open(&c.backend.url).await.unwrap();
+    let other = oncegate::store::open(&c.backend.url).await.unwrap();
     *c.handler.elsewhere.lock().unwrap() = Some(other);
     let (status, body, _) = c.post(&refund("RR-8", "800", 1), PAYFLOW_SECRET).await;
     assert_eq!(status, 409, "{body}");

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use oncegate_store::testing::{pg_endpoint, pg_via, PgEndpoint};
+use oncegate::store::testing::{pg_endpoint, pg_via, PgEndpoint};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -250,7 +250,7 @@ async fn retry_until_decided(s: &Arc<Service>, payments: &[String], ledger: &Arc
 /// exactly one `process` decision, and every delivery answered 200 has its proof.
 async fn assert_exactly_once(backend: &Backend, payments: &[String], ledger: &Ledger) {
     let (admin, name) = backend.admin.clone().expect("PostgreSQL");
-    let db = pg_admin(&oncegate_store::testing::with_database(&admin, &name)).await;
+    let db = pg_admin(&oncegate::store::testing::with_database(&admin, &name)).await;
     for p in payments {
         assert!(
             ledger.processed(p) <= 1,

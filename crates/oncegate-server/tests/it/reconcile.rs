@@ -673,7 +673,7 @@ pub async fn a_sibling_instance_is_woken_by_the_queue_hint() {
     let (s, config) = start(Kind::Postgres, &base, None).await;
     let url = s.backend.as_ref().unwrap().url.clone();
     let mut sibling = config.clone();
-    sibling.store = oncegate_store::open(&url).await.unwrap();
+    sibling.store = oncegate::store::open(&url).await.unwrap();
     sibling.reconciler.every = Some(Duration::from_secs(3600));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -227,7 +227,7 @@ async fn an_unusable_ca_file_is_a_startup_error_naming_it() {
     let missing = pki.dir.path().join("missing-ca.pem");
     let not_pem = pki.dir.path().join("not-a-ca.pem");
     std::fs::write(&not_pem, "this is not a certificate\n").unwrap();
-    let store = oncegate_store::open(&format!(
+    let store = oncegate::store::open(&format!(
         "sqlite://{}",
         pki.dir.path().join("s.db").display()
     ))

@@ -265,7 +265,7 @@ where
 }
 
 async fn state(gate: &Gate, effect: &EffectId) -> EffectState {
-    gate.store().effect(effect).await.unwrap().unwrap().state
+    gate.effect(effect).await.unwrap().unwrap().state
 }
 
 async fn completed(gate: &Gate, effect: &EffectId) {
@@ -285,10 +285,10 @@ pub async fn a_destination_down_then_up_gets_it_once(url: &str) {
     let _upkeep = upkeep(&gate);
     let effect = forwarded(&gate, event("refund.created", "rr-1", 1)).await;
     until("two attempts failed", || async {
-        gate.store().forward_attempts(&effect).await.unwrap().len() >= 2
+        gate.forward_attempts(&effect).await.unwrap().len() >= 2
     })
     .await;
-    let log = gate.store().forward_attempts(&effect).await.unwrap();
+    let log = gate.forward_attempts(&effect).await.unwrap();
     assert!(
         log[0]
             .error
@@ -317,7 +317,7 @@ pub async fn a_destination_down_then_up_gets_it_once(url: &str) {
     assert_eq!(hits.len(), 1, "delivered once: {hits:?}");
     assert_eq!(hits[0].effect_id, effect.to_string());
     assert!(hits[0].signed, "signed with Standard Webhooks");
-    let f = gate.store().forward(&effect).await.unwrap().unwrap();
+    let f = gate.forward(&effect).await.unwrap().unwrap();
     assert_eq!(f.state, ForwardState::Delivered);
     // The provider retries after the 200: the effect ran, nothing is forwarded again.
     let again = gate
@@ -346,9 +346,9 @@ pub async fn a_destination_slow_past_the_timeout_is_retried_and_completed_once(u
     let _upkeep = upkeep(&gate);
     let effect = forwarded(&gate, event("refund.created", "rr-2", 1)).await;
     completed(&gate, &effect).await;
-    let e = gate.store().effect(&effect).await.unwrap().unwrap();
+    let e = gate.effect(&effect).await.unwrap().unwrap();
     assert_eq!(e.result.as_deref(), Some(r#"{"applied":"second"}"#));
-    let log = gate.store().forward_attempts(&effect).await.unwrap();
+    let log = gate.forward_attempts(&effect).await.unwrap();
     let outcomes: Vec<_> = log.iter().map(|a| a.outcome.as_deref()).collect();
     assert_eq!(outcomes, vec![Some("retry"), Some("delivered")], "{log:?}");
     assert!(log[0]
@@ -374,7 +374,7 @@ pub async fn a_500_then_a_200_completes_with_the_200s_body(url: &str) {
     let body = event("refund.created", "rr-3", 1);
     let effect = forwarded(&gate, body.clone()).await;
     completed(&gate, &effect).await;
-    let e = gate.store().effect(&effect).await.unwrap().unwrap();
+    let e = gate.effect(&effect).await.unwrap().unwrap();
     assert_eq!(e.result.as_deref(), Some(r#"{"refund":"re_9"}"#));
     let hits = d.hits();
     assert_eq!(hits.len(), 2);
@@ -386,7 +386,7 @@ pub async fn a_500_then_a_200_completes_with_the_200s_body(url: &str) {
         assert_eq!(h.delivery_id, e.first_delivery.to_string());
         assert!(h.signed);
     }
-    let log = gate.store().forward_attempts(&effect).await.unwrap();
+    let log = gate.forward_attempts(&effect).await.unwrap();
     let statuses: Vec<_> = log
         .iter()
         .map(|a| (a.status, a.outcome.as_deref()))
@@ -446,7 +446,6 @@ pub async fn a_crash_mid_attempt_verifies_a_critical_effect_and_resends_a_revers
     })
     .await;
     let items = second
-        .store()
         .queue_list(&QueueFilter {
             status: Some(QueueStatus::Open),
             limit: 100,
@@ -460,22 +459,16 @@ pub async fn a_crash_mid_attempt_verifies_a_critical_effect_and_resends_a_revers
             .any(|i| i.existing_effect.as_ref() == Some(&critical)),
         "a verify-before-retry item: {items:?}"
     );
-    let log = second.store().forward_attempts(&critical).await.unwrap();
+    let log = second.forward_attempts(&critical).await.unwrap();
     assert_eq!(log[0].outcome.as_deref(), Some("unknown"));
     assert_eq!(
-        second
-            .store()
-            .forward(&critical)
-            .await
-            .unwrap()
-            .unwrap()
-            .state,
+        second.forward(&critical).await.unwrap().unwrap().state,
         ForwardState::Interrupted
     );
     // A critical type with the consumer's verification API: asked, it says the forward was
     // applied, and the effect completes with its result, never sent twice.
     completed(&second, &verified).await;
-    let e = second.store().effect(&verified).await.unwrap().unwrap();
+    let e = second.effect(&verified).await.unwrap().unwrap();
     assert_eq!(e.result.as_deref(), Some(r#"{"payout":"po_verified"}"#));
     tokio::time::sleep(Duration::from_millis(500)).await;
     for effect in [&critical, &verified] {
@@ -526,11 +519,11 @@ pub async fn a_dead_letter_is_resent_and_delivered(url: &str) {
     let _upkeep = upkeep(&gate);
     let effect = forwarded(&gate, event("refund.created", "rr-6", 1)).await;
     until("the forward is dead", || async {
-        gate.store().forward(&effect).await.unwrap().unwrap().state == ForwardState::Dead
+        gate.forward(&effect).await.unwrap().unwrap().state == ForwardState::Dead
     })
     .await;
     assert_eq!(d.hits().len(), 2, "max_attempts = 2");
-    let e = gate.store().effect(&effect).await.unwrap().unwrap();
+    let e = gate.effect(&effect).await.unwrap().unwrap();
     assert_eq!(e.state, EffectState::Failed { retryable: false });
     assert!(
         e.error
@@ -540,8 +533,7 @@ pub async fn a_dead_letter_is_resent_and_delivered(url: &str) {
         "{e:?}"
     );
     assert_eq!(
-        gate.store()
-            .forward_counts(&oncegate::store::TenantFilter::All)
+        gate.forward_counts(&oncegate::store::TenantFilter::All)
             .await
             .unwrap()
             .dead,
@@ -549,15 +541,11 @@ pub async fn a_dead_letter_is_resent_and_delivered(url: &str) {
     );
 
     d.otherwise(reply(200, r#"{"at_last":true}"#));
-    let f = gate
-        .store()
-        .forward_resend(&effect, time::Duration::seconds(1), gate.now())
-        .await
-        .unwrap();
+    let f = gate.resend_forward(&effect).await.unwrap();
     assert_eq!(f.series, 2);
     completed(&gate, &effect).await;
     assert_eq!(d.hits().len(), 3);
-    let e = gate.store().effect(&effect).await.unwrap().unwrap();
+    let e = gate.effect(&effect).await.unwrap().unwrap();
     assert_eq!(e.result.as_deref(), Some(r#"{"at_last":true}"#));
 }
 
@@ -582,7 +570,7 @@ pub async fn two_instances_on_one_store_forward_each_effect_once(url: &str) {
             .iter()
             .filter(|h| h.effect_id == effect.to_string())
             .count();
-        let log = a.store().forward_attempts(effect).await.unwrap();
+        let log = a.forward_attempts(effect).await.unwrap();
         // One effect got the 500 first and one retry; every other was sent once.
         assert_eq!(delivered, log.len(), "{effect}: {log:?}");
         assert_eq!(

@@ -1,0 +1,240 @@
+//! The operator's actions, in one place whatever medium a person acts through (the API, the
+//! console, the command line): resolve a queue item found by any id the queue lists, close a
+//! collision breaker, re-send a dead letter, apply the retention purge now. Each one counts its
+//! metrics and writes its log line here, so an adapter only reads its request and renders the
+//! answer.
+
+use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
+use oncegate_core::matrix::Action;
+use oncegate_store::{
+    Breaker, BreakerScope, DeliveryItems, ForwardRecord, PurgeCounts, QueueFilter, QueueItem,
+    QueueRef, Resolution, StoreError, TenantFilter,
+};
+
+use crate::gate::Gate;
+
+/// How many items of one delivery a look-up by delivery id reads; a delivery has one or two in
+/// practice (a lease-expiry item after an earlier resolution, say).
+const MAX_DELIVERY_ITEMS: u32 = 100;
+
+/// Why no queue item answers to an id (see [`Gate::queue_item_named`]).
+#[derive(Debug, thiserror::Error)]
+pub enum QueueLookupError {
+    /// No queue item of a visible tenant has this id.
+    #[error("no queue item {0}")]
+    NoItem(QueueItemId),
+    /// The delivery has several open items: settling the wrong one would decide an effect's
+    /// outcome, which cannot be undone, so the caller names one.
+    #[error("delivery {delivery} has {} open queue items", open.len())]
+    Ambiguous {
+        /// The delivery named.
+        delivery: DeliveryId,
+        /// Its open items, oldest first.
+        open: Vec<QueueItemId>,
+    },
+    /// The delivery was decided without going to the queue.
+    #[error("delivery {delivery} was decided `{}`; it is not in the queue", action.as_str())]
+    Decided {
+        /// The delivery named.
+        delivery: DeliveryId,
+        /// Its decision.
+        action: Action,
+    },
+    /// The delivery was journaled but has no decision yet.
+    #[error("delivery {0} has no recorded decision")]
+    Undecided(DeliveryId),
+    /// No delivery of a visible tenant has this id.
+    #[error("no delivery {0}")]
+    NoDelivery(DeliveryId),
+    /// The store's own error.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Why a queue item was not resolved (see [`Gate::resolve_queue_item`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The item is resolved already (before, or meanwhile by someone else); as it is now.
+    #[error("queue item {} is already resolved", .0.id)]
+    AlreadyResolved(Box<QueueItem>),
+    /// The store refused the verdict: the item's effect changed meanwhile, or the verdict
+    /// cannot apply to it.
+    #[error("queue item {item} was not resolved: {why}")]
+    Conflict {
+        /// The item.
+        item: QueueItemId,
+        /// The store's reason.
+        why: String,
+    },
+    /// The store's own error.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Gate {
+    /// The queue item `target` names, as the queue lists it, among the tenants `tenants`
+    /// allows: its queue item id (`q_…`), or a delivery id (`dlv_…`) whose one open item is
+    /// meant (else its latest resolved one). A delivery with several open items, or with none, says
+    /// so; an item or delivery of another tenant does not exist.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use oncegate::{Gate, QueueLookupError};
+    /// use oncegate::store::{QueueRef, TenantFilter};
+    ///
+    /// let contract = oncegate_core::contract::parse("oncegate.toml", "").unwrap();
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let url = format!("sqlite://{}", dir.path().join("oncegate.db").display());
+    /// let gate = Gate::open(contract, &url, Vec::new()).await.unwrap();
+    /// let item: QueueRef = "q_01j0000000000000000000000a".parse().unwrap();
+    /// let none = gate.queue_item_named(&item, &TenantFilter::All).await;
+    /// assert!(matches!(none, Err(QueueLookupError::NoItem(_))));
+    /// let delivery: QueueRef = "dlv_01j0000000000000000000000a".parse().unwrap();
+    /// let none = gate.queue_item_named(&delivery, &TenantFilter::All).await;
+    /// assert!(matches!(none, Err(QueueLookupError::NoDelivery(_))));
+    /// # });
+    /// ```
+    pub async fn queue_item_named(
+        &self,
+        target: &QueueRef,
+        tenants: &TenantFilter,
+    ) -> Result<QueueItem, QueueLookupError> {
+        let store = self.store();
+        match target {
+            QueueRef::Item(id) => match store.queue_item(id).await? {
+                Some(item) if tenants.allows(&item.tenant) => Ok(item),
+                _ => Err(QueueLookupError::NoItem(id.clone())),
+            },
+            QueueRef::Delivery(id) => {
+                let items = store
+                    .queue_list(&QueueFilter {
+                        tenants: tenants.clone(),
+                        status: None,
+                        delivery: Some(id.clone()),
+                        limit: MAX_DELIVERY_ITEMS,
+                        ..QueueFilter::default()
+                    })
+                    .await?;
+                match DeliveryItems::of(&items) {
+                    DeliveryItems::Open(item) | DeliveryItems::Resolved(item) => Ok(item.clone()),
+                    DeliveryItems::Ambiguous(ids) => Err(QueueLookupError::Ambiguous {
+                        delivery: id.clone(),
+                        open: ids,
+                    }),
+                    DeliveryItems::None => Err(self.not_queued(id.clone(), tenants).await?),
+                }
+            }
+        }
+    }
+
+    /// Why a delivery with no queue item has none.
+    async fn not_queued(
+        &self,
+        id: DeliveryId,
+        tenants: &TenantFilter,
+    ) -> Result<QueueLookupError, StoreError> {
+        let store = self.store();
+        Ok(match store.proof(&id).await? {
+            Some(p) if tenants.allows(&p.tenant) => QueueLookupError::Decided {
+                delivery: id,
+                action: p.action,
+            },
+            Some(_) => QueueLookupError::NoDelivery(id),
+            None => match store.delivery(&id).await? {
+                Some(d) if tenants.allows(&d.tenant) => QueueLookupError::Undecided(id),
+                _ => QueueLookupError::NoDelivery(id),
+            },
+        })
+    }
+
+    /// Settles an open queue item with a person's verdict (`distinct` releases the delivery as
+    /// a new claimable effect, `duplicate` links it to the existing one; see the store's
+    /// `resolve`), counts it and logs it. An item resolved already, before or meanwhile, is
+    /// [`ResolveError::AlreadyResolved`].
+    pub async fn resolve_queue_item(
+        &self,
+        item: &QueueItem,
+        resolution: Resolution,
+    ) -> Result<QueueItem, ResolveError> {
+        if item.resolution.is_some() {
+            return Err(ResolveError::AlreadyResolved(Box::new(item.clone())));
+        }
+        let outcome = resolution.outcome;
+        let resolved = match self.store().resolve(&item.id, resolution).await {
+            Ok(resolved) => resolved,
+            // Resolved meanwhile (or settled with another item of the same effect).
+            Err(StoreError::Conflict(why)) => {
+                return Err(match self.store().queue_item(&item.id).await? {
+                    Some(now) if now.resolution.is_some() => {
+                        ResolveError::AlreadyResolved(Box::new(now))
+                    }
+                    _ => ResolveError::Conflict {
+                        item: item.id.clone(),
+                        why,
+                    },
+                })
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let now = self.now();
+        self.metrics().resolution(outcome.as_str());
+        self.metrics().settled_by_person(&resolved, now);
+        tracing::info!(
+            delivery_id = %resolved.delivery,
+            queue_item_id = %resolved.id,
+            tenant = %resolved.tenant,
+            outcome = outcome.as_str(),
+            effect_id = resolved.resolution.as_ref().and_then(|r| r.effect.as_ref()).map(|e| e.to_string()).unwrap_or_default(),
+            "queue item resolved"
+        );
+        Ok(resolved)
+    }
+
+    /// Closes an open collision breaker with an operator's note and name (the only way one
+    /// closes) and clears its window. `Conflict` when it is not open, `NotFound` when it never
+    /// opened.
+    pub async fn close_breaker(
+        &self,
+        scope: &BreakerScope,
+        note: &str,
+        by: &str,
+    ) -> Result<Breaker, StoreError> {
+        let closed = self
+            .store()
+            .breaker_close(scope, note, by, self.now())
+            .await?;
+        self.metrics().breaker(scope, false);
+        tracing::info!(
+            provider = %scope.provider,
+            env = %scope.env,
+            event_type = %scope.event_type,
+            strategy = %scope.strategy_label(),
+            by = %by,
+            note = %note,
+            "collision breaker closed by an operator"
+        );
+        Ok(closed)
+    }
+
+    /// Re-sends a dead letter (an operator's decision, from the queue): its effect is held
+    /// again under the next fencing token, for the gate's lease, and a fresh attempt series
+    /// starts now. `Conflict` when the forward is not dead, `NotFound` when the effect has
+    /// none.
+    pub async fn resend_forward(&self, effect: &EffectId) -> Result<ForwardRecord, StoreError> {
+        let f = self
+            .store()
+            .forward_resend(effect, self.lease_time(), self.now())
+            .await?;
+        self.forward_wake().notify_one();
+        Ok(f)
+    }
+
+    /// Applies the contract's retention now (index entries past their horizon, payloads past
+    /// `payload_retention`, proofs past `proof_retention`; durable effect identities kept),
+    /// through the store's one purge path; with `dry_run` only counts what would go.
+    pub async fn purge(&self, dry_run: bool) -> Result<PurgeCounts, StoreError> {
+        self.store()
+            .purge(&crate::purge::policy(self), self.now(), dry_run)
+            .await
+    }
+}
