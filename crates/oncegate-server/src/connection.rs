@@ -11,7 +11,7 @@
 //! * `Head(since)` — a new connection, or the first byte of a next request arrived: the head
 //!   must be complete within `header`;
 //! * `Busy` — the head is read and the router has the request (its body and its answer are
-//!   bounded by the body deadline and the request timeout, see `routes`);
+//!   bounded by the body deadline and the request timeout, see `app`);
 //! * `Idle(since)` — the answer is sent: the next request must start within `idle`.
 //!
 //! A connection past its deadline in `Head` or `Idle` has no request in flight, so it is simply
@@ -33,7 +33,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// The connection deadlines (the body's is applied per request, in `routes`).
+/// The connection deadlines (the body's is applied per request, in `app`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Deadlines {
     pub header: Duration,

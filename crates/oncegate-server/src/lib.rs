@@ -27,7 +27,7 @@
 //! Every route above may also answer `503` (`store_unavailable`, `timeout`), and `500 internal`
 //! (with a `correlation_id`) when the store refuses a statement for good.
 //!
-//! The `/v1` routes are one table (`routes::v1`) the router is built from; the OpenAPI document
+//! The `/v1` routes are one table (`app::v1`) the router is built from; the OpenAPI document
 //! at `/v1/openapi.json` is derived from the same handlers and their wire types, and a test
 //! compares the two both ways.
 //!
@@ -46,6 +46,7 @@ use std::time::Duration;
 use oncegate::store::Store;
 use oncegate_core::contract::Contract;
 
+mod app;
 mod auth;
 mod connection;
 mod console;
@@ -188,14 +189,14 @@ impl std::fmt::Debug for ServiceConfig {
 /// queue or purges. [`serve`] runs them; a caller mounting this router itself runs them with
 /// [`oncegate::Gate::upkeep`] over a gate of the same config (see [`router_with_gate`]).
 pub fn router(config: ServiceConfig) -> axum::Router {
-    routes::router(state::AppState::new(config))
+    app::router(state::AppState::new(config))
 }
 
 /// The HTTP API over an existing gate (the one whose upkeep the caller runs). The config's
 /// contract, store, salt, lease, breaker window and clock are the gate's; the rest (tokens,
 /// secrets, timeouts) are the HTTP side's.
 pub fn router_with_gate(gate: oncegate::Gate, config: ServiceConfig) -> axum::Router {
-    routes::router(state::AppState::with_gate(gate, config))
+    app::router(state::AppState::with_gate(gate, config))
 }
 
 /// Reads every CA file the authorities of `contract` need (`ca_file`, the CA of every
@@ -271,7 +272,7 @@ pub async fn serve(
             forwarder: oncegate::ForwarderSettings::default(),
         })
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let app = routes::router(state::AppState::with_gate(gate, config));
+    let app = app::router(state::AppState::with_gate(gate, config));
     connection::serve(listener, app, deadlines, shutdown).await;
     drop(upkeep);
     Ok(())

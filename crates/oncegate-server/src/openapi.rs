@@ -188,7 +188,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::document;
-    use crate::routes;
+    use crate::app;
 
     /// (method, path) of every operation the document describes.
     fn documented() -> BTreeSet<(String, String)> {
@@ -214,11 +214,11 @@ mod tests {
 
     #[test]
     fn the_document_describes_exactly_the_routes_the_router_serves() {
-        let served: BTreeSet<(String, String)> = routes::v1()
+        let served: BTreeSet<(String, String)> = app::v1()
             .iter()
             .map(|r| (r.method.to_string(), r.path.to_owned()))
             .collect();
-        assert_eq!(served.len(), routes::v1().len(), "a route is listed twice");
+        assert_eq!(served.len(), app::v1().len(), "a route is listed twice");
         let documented = documented();
         let undocumented: Vec<_> = served.difference(&documented).collect();
         let unserved: Vec<_> = documented.difference(&served).collect();

@@ -7,10 +7,11 @@ use std::sync::Mutex;
 
 use oncegate_core::ids::DeliveryId;
 use oncegate_core::matrix::{self, Rejection, Situation};
-use oncegate_store::{DecideRequest, StoreError};
+use oncegate_store::{DecideRequest, Store, StoreError};
+use time::OffsetDateTime;
 
 use crate::details::Details;
-use crate::gate::Gate;
+use crate::metrics::Metrics;
 
 /// At most this many undecided receptions are remembered; past it the oldest are dropped (and
 /// logged), because an outage long enough to fill it is visible in the report anyway.
@@ -36,14 +37,20 @@ impl Backlog {
         backlog.push(u);
     }
 
-    /// Records the decisions the store missed, as rejections. Returns how many still wait.
-    pub async fn settle(&self, gate: &Gate) -> usize {
+    /// Records the decisions `store` missed, as rejections (each counted in `metrics`).
+    /// Returns how many still wait.
+    pub async fn settle(
+        &self,
+        store: &dyn Store,
+        metrics: &Metrics,
+        now: OffsetDateTime,
+        lease: time::Duration,
+    ) -> usize {
         let pending: Vec<Undecided> = std::mem::take(&mut *self.0.lock().expect("backlog lock"));
         if pending.is_empty() {
             return 0;
         }
         let mut still = Vec::new();
-        let now = gate.now();
         for u in pending {
             let rejection = Rejection {
                 code: "store_unavailable".to_owned(),
@@ -55,15 +62,15 @@ impl Backlog {
                 delivery: u.delivery.clone(),
                 event_type: u.event_type.clone(),
                 key: None,
-                lease: gate.lease_time(),
+                lease,
                 details_json: Details::rejected("store_unavailable").to_json(),
                 now,
                 resource: None,
                 critical: true,
             };
-            match gate.store().decide(request, &matrix).await {
+            match store.decide(request, &matrix).await {
                 Ok(_) => {
-                    gate.metrics().rejected("store_unavailable");
+                    metrics.rejected("store_unavailable");
                     tracing::info!(delivery_id = %u.delivery, "recorded the decision missed while the store was down");
                 }
                 // Already decided: the first attempt did commit after all.

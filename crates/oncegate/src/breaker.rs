@@ -7,15 +7,9 @@
 //! counted one transaction each, matches queue on that row's lock, one commit after the other
 //! (measured on PostgreSQL: 2.5 ms per count under load, the largest single cost of a delivery).
 //! The matches waiting while a count is written are written together in the next one
-//! ([`Tallies`]), and each caller returns once the write holding its match committed, so the
+//! ([`Tallies`](crate::tally::Tallies)), and each caller returns once the write holding its match committed, so the
 //! next decision reads a breaker its match may have opened, or after `TALLY_WAIT` at most: the
 //! count is not on the answer's path past that.
-
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-
-use tokio::sync::oneshot;
 
 use oncegate_core::matrix::{Action, Prior};
 use oncegate_store::{
@@ -51,7 +45,7 @@ pub(crate) fn scope(
 
 /// Counts the decision in the breaker's window when it was a key match (a prior was found),
 /// and reports the breaker opening when this match tripped it. Returns once the match is
-/// written (with the others waiting at the same moment, see [`Tallies`]), or after `TALLY_WAIT`.
+/// written (with the others waiting at the same moment, see [`Tallies`](crate::tally::Tallies)), or after `TALLY_WAIT`.
 pub(crate) async fn count(gate: &Gate, scope: &BreakerScope, outcome: &DecideOutcome) {
     let action = outcome.decision.action;
     if outcome.prior == Prior::None || action == Action::Reject {
@@ -72,47 +66,6 @@ pub(crate) async fn count(gate: &Gate, scope: &BreakerScope, outcome: &DecideOut
 /// The longest an answer waits for its match to be counted.
 const TALLY_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Matches waiting to be written, per scope, with their callers; and whether a flush runs.
-#[derive(Default)]
-pub(crate) struct Tallies {
-    waiting: Mutex<HashMap<BreakerScope, Waiting>>,
-    flushing: AtomicBool,
-}
-
-#[derive(Default)]
-struct Waiting {
-    tally: BreakerTally,
-    callers: Vec<oneshot::Sender<()>>,
-}
-
-impl Tallies {
-    /// Adds one match; the receiver hears once it is written.
-    fn add(&self, scope: &BreakerScope, collision: bool) -> oneshot::Receiver<()> {
-        let (tx, rx) = oneshot::channel();
-        let mut waiting = self.waiting.lock().expect("breaker tallies lock");
-        let entry = waiting.entry(scope.clone()).or_default();
-        entry.tally.push(collision);
-        entry.callers.push(tx);
-        rx
-    }
-
-    /// Makes the caller the one flush running, unless one already runs.
-    fn claim(&self) -> bool {
-        !self.flushing.swap(true, Ordering::SeqCst)
-    }
-
-    fn take(&self) -> HashMap<BreakerScope, Waiting> {
-        std::mem::take(&mut *self.waiting.lock().expect("breaker tallies lock"))
-    }
-
-    fn is_empty(&self) -> bool {
-        self.waiting
-            .lock()
-            .expect("breaker tallies lock")
-            .is_empty()
-    }
-}
-
 /// Writes what waits, scope by scope (concurrently), until nothing does. A match added while
 /// the flush ends is either seen by its last look or finds the flush released and starts one.
 async fn flush(gate: &Gate) {
@@ -120,7 +73,7 @@ async fn flush(gate: &Gate) {
     loop {
         let batch = tallies.take();
         if batch.is_empty() {
-            tallies.flushing.store(false, Ordering::SeqCst);
+            tallies.release();
             if tallies.is_empty() || !tallies.claim() {
                 return;
             }

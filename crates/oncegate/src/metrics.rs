@@ -21,6 +21,14 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use time::OffsetDateTime;
 
+mod forward;
+mod reconcile;
+mod shadow;
+
+pub(crate) use forward::ForwardMetrics;
+pub(crate) use reconcile::ReconcileMetrics;
+pub use shadow::ShadowMetrics;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct DeliveryLabels {
     pub provider: String,
@@ -137,11 +145,11 @@ pub struct Metrics {
     latency: Histogram,
     effects_refreshed: Mutex<Option<Instant>>,
     /// The reconciler's own metrics (attempts by outcome, missing effects).
-    pub(crate) reconcile: crate::reconciler::ReconcileMetrics,
+    pub(crate) reconcile: ReconcileMetrics,
     /// Shadow strategies' disagreements with the active hierarchy.
-    pub(crate) shadow: crate::shadow::ShadowMetrics,
+    pub(crate) shadow: ShadowMetrics,
     /// Gateway mode's forwards (attempts by outcome, latency, dead letters, backlog).
-    pub(crate) forward: crate::forwarder::ForwardMetrics,
+    pub(crate) forward: ForwardMetrics,
 }
 
 impl Metrics {
@@ -253,9 +261,9 @@ impl Metrics {
             "Time from a delivery's arrival to its recorded decision",
             latency.clone(),
         );
-        let reconcile = crate::reconciler::ReconcileMetrics::register(&mut registry);
-        let shadow = crate::shadow::ShadowMetrics::register(&mut registry);
-        let forward = crate::forwarder::ForwardMetrics::register(&mut registry);
+        let reconcile = ReconcileMetrics::register(&mut registry);
+        let shadow = ShadowMetrics::register(&mut registry);
+        let forward = ForwardMetrics::register(&mut registry);
         Metrics {
             reconcile,
             shadow,

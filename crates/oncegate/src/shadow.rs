@@ -10,40 +10,10 @@ use oncegate_core::ids::DeliveryId;
 use oncegate_core::json;
 use oncegate_core::matrix::{self, Action, Keyed, Prior, Situation, TransportMatch};
 use oncegate_store::{KeyScope, ShadowDisagreement, ShadowObservation};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::registry::Registry;
 use time::OffsetDateTime;
 
 use crate::details::ShadowVerdict;
 use crate::gate::{to_time, Gate};
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Labels {
-    provider: String,
-    env: String,
-    event_type: String,
-    strategy: String,
-}
-
-/// `oncegate_shadow_disagreements_total{provider,env,event_type,strategy}`.
-#[derive(Debug, Clone, Default)]
-pub struct ShadowMetrics {
-    disagreements: Family<Labels, Counter>,
-}
-
-impl ShadowMetrics {
-    pub fn register(registry: &mut Registry) -> ShadowMetrics {
-        let disagreements = Family::<Labels, Counter>::default();
-        registry.register(
-            "shadow_disagreements",
-            "Deliveries for which a shadow strategy would have decided otherwise than the active hierarchy",
-            disagreements.clone(),
-        );
-        ShadowMetrics { disagreements }
-    }
-}
 
 /// The verdict of every shadow of the type, recording each shadow key in the shadows' index.
 /// A store error only loses the shadow's opinion on this delivery: it is logged, never allowed
@@ -163,14 +133,7 @@ pub(crate) async fn settle(
     for v in &differ {
         gate.metrics()
             .shadow
-            .disagreements
-            .get_or_create(&Labels {
-                provider: origin.provider.to_owned(),
-                env: origin.env.to_owned(),
-                event_type: event_type.to_owned(),
-                strategy: v.strategy.clone(),
-            })
-            .inc();
+            .disagreement(origin.provider, origin.env, event_type, &v.strategy);
         let (name, version) = v
             .strategy
             .rsplit_once('@')

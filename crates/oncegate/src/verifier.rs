@@ -7,7 +7,7 @@
 //! inconclusive: the item waits for a person, with the answer shown. The provider's authority
 //! is never asked this question (it knows what the provider did, not what the consumer did).
 
-use crate::reconciler::Evidence;
+use crate::evidence::Evidence;
 use oncegate_core::contract::{SecretSource, Verifier};
 use oncegate_core::json::{self, Limits, Value};
 

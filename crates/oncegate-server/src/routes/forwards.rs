@@ -9,65 +9,13 @@ use oncegate::store::{ForwardAttempt, ForwardFilter, ForwardRecord, ForwardState
 use oncegate::Gate;
 use oncegate_core::ids::EffectId;
 use serde::{Deserialize, Serialize};
-use time::OffsetDateTime;
 use utoipa::{IntoParams, ToSchema};
 
 use super::ApiQuery;
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, Problem};
 use crate::state::AppState;
-use crate::wire::ErrorBody;
-
-/// One attempt to deliver a forward to the consumer's endpoint.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct ForwardAttemptBody {
-    /// The attempt series (1, then one more per re-send or takeover).
-    pub series: u64,
-    pub attempt: u64,
-    /// The fencing token the attempt was sent with (`oncegate-fencing`).
-    pub fencing: u64,
-    #[serde(with = "time::serde::rfc3339")]
-    #[schema(value_type = String, format = DateTime)]
-    pub started_at: OffsetDateTime,
-    #[serde(with = "time::serde::rfc3339::option")]
-    #[schema(value_type = Option<String>, format = DateTime)]
-    pub ended_at: Option<OffsetDateTime>,
-    /// The endpoint's HTTP status, when it answered.
-    pub status: Option<u16>,
-    pub latency_ms: Option<u64>,
-    /// `delivered`, `retry`, `dead`, `stale` (the effect had moved on), `unknown` (cut by a
-    /// stop before its answer was recorded); null while in flight.
-    pub outcome: Option<String>,
-    pub error: Option<String>,
-}
-
-/// A forward: where the effect's delivery to the consumer stands, and its attempts.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct ForwardBody {
-    pub effect_id: String,
-    pub delivery_id: String,
-    pub tenant: String,
-    pub provider: String,
-    pub env: String,
-    pub event_type: Option<String>,
-    /// `pending`, `sending`, `delivered`, `dead` (re-sendable), `interrupted` (outcome
-    /// unknown: verified or reconciled, never re-sent blindly) or `superseded`.
-    pub state: &'static str,
-    pub series: u64,
-    /// Attempts in this series.
-    pub attempts: u64,
-    pub fencing: u64,
-    #[serde(with = "time::serde::rfc3339")]
-    #[schema(value_type = String, format = DateTime)]
-    pub due_at: OffsetDateTime,
-    pub last_status: Option<u16>,
-    pub last_error: Option<String>,
-    #[serde(with = "time::serde::rfc3339")]
-    #[schema(value_type = String, format = DateTime)]
-    pub updated_at: OffsetDateTime,
-    /// Every attempt of every series, in order.
-    pub log: Vec<ForwardAttemptBody>,
-}
+use crate::wire::{ErrorBody, ForwardAttemptBody, ForwardBody};
 
 /// `GET /v1/forwards`.
 #[derive(Debug, Serialize, ToSchema)]

@@ -37,14 +37,13 @@ use oncegate_store::{
 };
 use time::OffsetDateTime;
 
-mod evidence;
-mod metrics;
 mod sweep;
 mod unknown;
 
-pub use evidence::Evidence;
+use crate::evidence;
+pub use crate::evidence::Evidence;
 
-pub(crate) use metrics::ReconcileMetrics;
+pub(crate) use crate::metrics::ReconcileMetrics;
 
 use crate::authority::{AuthorityClient, AuthorityPolicy, UrlContext};
 use crate::gate::Gate;

@@ -95,7 +95,7 @@ impl ReconcileMetrics {
             .observe(waited);
     }
 
-    pub(super) fn attempt(&self, outcome: &str) {
+    pub(crate) fn attempt(&self, outcome: &str) {
         self.attempts
             .get_or_create(&OutcomeLabel {
                 outcome: outcome.to_owned(),
@@ -103,7 +103,7 @@ impl ReconcileMetrics {
             .inc();
     }
 
-    pub(super) fn set_missing(&self, provider: &str, env: &str, event_type: &str, n: u64) {
+    pub(crate) fn set_missing(&self, provider: &str, env: &str, event_type: &str, n: u64) {
         self.missing
             .get_or_create(&TypeLabel {
                 provider: provider.to_owned(),

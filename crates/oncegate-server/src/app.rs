@@ -1,0 +1,124 @@
+//! The service's application: the route table of the HTTP contract (v1) — one list that builds
+//! the router and that the OpenAPI document is checked against — with the operations
+//! endpoints and the console mounted beside it, and the request timeout and body deadline
+//! every request runs under.
+
+use axum::extract::{Request, State};
+use axum::handler::Handler;
+use axum::http::Method;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, on, MethodFilter, MethodRouter};
+use axum::Router;
+
+use crate::deadline::DeadlineBody;
+use crate::error::{ApiError, Problem};
+use crate::ingest;
+use crate::openapi;
+use crate::routes::{breakers, effects, forwards, health, proof, queue, replay, report, work};
+use crate::state::AppState;
+
+/// One `/v1` route: its method, its path and its handler.
+pub(crate) struct Route {
+    /// Read by the OpenAPI document's coverage test; the handler already carries it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub method: Method,
+    pub path: &'static str,
+    handler: MethodRouter<AppState>,
+}
+
+fn route<H, T>(method: Method, path: &'static str, handler: H) -> Route
+where
+    H: Handler<T, AppState>,
+    T: 'static,
+{
+    let filter = MethodFilter::try_from(method.clone()).expect("a method axum can route");
+    Route {
+        method,
+        path,
+        handler: on(filter, handler),
+    }
+}
+
+/// Every `/v1` route the service serves. [`router`] is built from this list and the OpenAPI
+/// document's coverage test compares the document with it, so a route cannot be served without
+/// being described, nor described without being served.
+pub(crate) fn v1() -> Vec<Route> {
+    use Method as M;
+    vec![
+        route(
+            M::POST,
+            "/v1/deliveries/{tenant}/{provider}/{env}",
+            ingest::post_delivery,
+        ),
+        route(M::GET, "/v1/deliveries/{delivery_id}", proof::get_proof),
+        route(
+            M::POST,
+            "/v1/deliveries/{delivery_id}/replay",
+            replay::replay,
+        ),
+        route(
+            M::POST,
+            "/v1/effects/{effect_id}/complete",
+            effects::complete,
+        ),
+        route(M::POST, "/v1/effects/{effect_id}/fail", effects::fail),
+        route(
+            M::POST,
+            "/v1/effects/{effect_id}/heartbeat",
+            effects::heartbeat,
+        ),
+        route(M::GET, "/v1/queue", queue::list),
+        route(M::POST, "/v1/queue/{delivery_id}/resolve", queue::resolve),
+        route(M::POST, "/v1/work/claim", work::claim),
+        route(M::GET, "/v1/forwards", forwards::list),
+        route(M::POST, "/v1/forwards/{effect_id}/resend", forwards::resend),
+        route(M::GET, "/v1/report", report::report),
+        route(M::GET, "/v1/breakers", breakers::list),
+        route(M::POST, "/v1/breakers/close", breakers::close),
+        route(M::GET, "/v1/openapi.json", openapi::openapi_json),
+    ]
+}
+
+pub(crate) fn router(state: AppState) -> Router {
+    let mut router = Router::new();
+    for r in v1() {
+        router = router.route(r.path, r.handler);
+    }
+    router
+        .route("/metrics", get(health::metrics))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .merge(crate::console::router())
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), timeout))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("No route matches this path; see the HTTP contract (v1).")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        Problem::MethodNotAllowed,
+        "method_not_allowed",
+        "This route does not accept this method.",
+    )
+}
+
+/// Bounds every request by the configured timeout and answers in the error shape (tower-http's
+/// `TimeoutLayer` would answer an empty 408, outside the contract). A delivery's decision runs
+/// in its own task, so timing out the answer never cuts a decision in half. The body gets its
+/// own, shorter deadline here too: a body still arriving past it fails its reader, which
+/// answers `408 body_timeout` (a slow sender is not a reason to retry, so never a 503).
+async fn timeout(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let request =
+        request.map(|body| axum::body::Body::new(DeadlineBody::new(body, state.body_timeout)));
+    match tokio::time::timeout(state.request_timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::timeout().into_response(),
+    }
+}
