@@ -307,3 +307,75 @@ impl IntoResponse for ApiError {
         (status, axum::Json(body)).into_response()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    /// The error statuses this module answers with ([`Problem::status`]).
+    const ERROR_STATUSES: [&str; 10] = [
+        "BAD_REQUEST",
+        "UNAUTHORIZED",
+        "FORBIDDEN",
+        "NOT_FOUND",
+        "METHOD_NOT_ALLOWED",
+        "REQUEST_TIMEOUT",
+        "CONFLICT",
+        "PAYLOAD_TOO_LARGE",
+        "INTERNAL_SERVER_ERROR",
+        "SERVICE_UNAVAILABLE",
+    ];
+
+    fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("read the sources") {
+            let path = entry.expect("a source entry").path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// Statuses are chosen in one place: outside this module the service's code names an error
+    /// status only to read one (a consumer's answer behind the layer, a body limit's rejection),
+    /// never to answer with it, and never builds a status from a number. A 503 especially: it
+    /// tells a provider to retry, so only `Problem::Unavailable` may answer it.
+    #[test]
+    fn every_error_status_is_chosen_here() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        sources(&src, &mut files);
+        let mut found = Vec::new();
+        for path in files {
+            if path.ends_with("error.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("read a source file");
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for (n, line) in code.lines().enumerate() {
+                if line.trim_start().starts_with("//") {
+                    continue;
+                }
+                let named = ERROR_STATUSES
+                    .iter()
+                    .any(|s| line.contains(&format!("StatusCode::{s}")));
+                let compared = line.contains("==");
+                if (named && !compared)
+                    || line.contains("SERVICE_UNAVAILABLE")
+                    || line.contains("StatusCode::from_u16")
+                {
+                    found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "statuses chosen outside the error mapping: {found:#?}"
+        );
+        assert_eq!(
+            super::Problem::Unavailable.status(),
+            axum::http::StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+}
