@@ -26,14 +26,19 @@ fn reception(n: usize) -> NewReception {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_wal_reaches_the_database_file_and_stays_bounded() {
-    let backend = Backend::sqlite().await;
-    let path = backend
+/// The SQLite database file of a test backend.
+fn database_file(backend: &Backend) -> String {
+    backend
         .url
         .strip_prefix("sqlite://")
         .expect("a sqlite URL")
-        .to_owned();
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wal_reaches_the_database_file_and_stays_bounded() {
+    let backend = Backend::sqlite().await;
+    let path = database_file(&backend);
     let size = |suffix: &str| {
         std::fs::metadata(format!("{path}{suffix}"))
             .map(|m| m.len())
@@ -85,11 +90,7 @@ async fn the_wal_reaches_the_database_file_and_stays_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_file_shrinks_after_a_purge() {
     let backend = Backend::sqlite().await;
-    let path = backend
-        .url
-        .strip_prefix("sqlite://")
-        .expect("a sqlite URL")
-        .to_owned();
+    let path = database_file(&backend);
     let size = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let store = backend.open().await;
     for n in 0..1000 {
