@@ -65,6 +65,11 @@ enum Command {
         contract: Option<PathBuf>,
         #[command(flatten)]
         store: crate::store::StoreArg,
+        /// A PostgreSQL streaming standby of the store to read the console, the report, proofs
+        /// and the queue and delivery listings from (answers say its lag in
+        /// `oncegate-read-lag-ms`); decisions and operator actions stay on --store.
+        #[arg(long, env = "ONCEGATE_READ_STORE", value_name = "STORE")]
+        read_store: Option<String>,
         #[arg(long, env = "ONCEGATE_LISTEN", default_value = "127.0.0.1:8080")]
         listen: String,
         /// Reservation lease (overrides the contract's `settings.lease`).
@@ -262,6 +267,7 @@ fn main() -> ExitCode {
         Command::Serve {
             contract,
             store,
+            read_store,
             listen,
             lease,
             request_timeout,
@@ -285,6 +291,7 @@ fn main() -> ExitCode {
                     rt.block_on(serve::run(serve::Options {
                         contract: contract.as_deref(),
                         store: &store,
+                        read_store: read_store.as_deref(),
                         listen: &listen,
                         lease,
                         request_timeout,

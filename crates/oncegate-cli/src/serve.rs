@@ -11,6 +11,8 @@ pub struct Options<'a> {
     /// `--contract`; `None` looks for it as every command does.
     pub contract: Option<&'a Path>,
     pub store: &'a crate::store::StoreArg,
+    /// `--read-store` / `ONCEGATE_READ_STORE`: a streaming standby for reads.
+    pub read_store: Option<&'a str>,
     pub listen: &'a str,
     pub lease: Option<Duration>,
     pub request_timeout: Duration,
@@ -106,7 +108,19 @@ pub async fn run(o: Options<'_>) -> Result<()> {
     for w in &secrets.warnings {
         tracing::warn!("{w}");
     }
+    let read_store = match o.read_store {
+        Some(raw) => {
+            let replica: oncegate::store::StoreLocation = raw.parse()?;
+            let opened = oncegate::store::open_replica(&replica)
+                .await
+                .with_context(|| format!("opening the read store ({replica})"))?;
+            tracing::info!(read_store = %replica, "reads served from a replica");
+            Some(opened)
+        }
+        None => None,
+    };
     let mut config = ServiceConfig::new(contract.clone(), store, salt);
+    config.read_store = read_store;
     config.tokens = tokens()?;
     config.secrets = secrets;
     config.lease = o.lease;

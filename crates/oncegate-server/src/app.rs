@@ -92,6 +92,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(crate::console::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), read_lag))
         .layer(middleware::from_fn_with_state(state.clone(), timeout))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
@@ -122,3 +123,29 @@ async fn timeout(State(state): State<AppState>, request: Request, next: Next) ->
         Err(_) => ApiError::timeout().into_response(),
     }
 }
+
+/// The answers read from the gate's read store (a streaming standby) say how stale they may
+/// be: `oncegate-read-lag-ms`, the standby's replay lag when the answer left (0 when it had
+/// replayed everything it received). Those are the console's pages, the report, the queue
+/// listing and a delivery's proof; without a read store no answer carries it.
+async fn read_lag(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    let replica_read = request.method() == Method::GET
+        && (path.starts_with("/console")
+            || path == "/v1/report"
+            || path == "/v1/queue"
+            || path.starts_with("/v1/deliveries/"));
+    let mut response = next.run(request).await;
+    if replica_read {
+        if let Ok(Some(lag)) = state.gate.read_lag().await {
+            response.headers_mut().insert(
+                READ_LAG_HEADER,
+                axum::http::HeaderValue::from(lag.as_millis() as u64),
+            );
+        }
+    }
+    response
+}
+
+/// The header of an answer read from a replica: its replay lag in milliseconds.
+pub(crate) const READ_LAG_HEADER: &str = "oncegate-read-lag-ms";

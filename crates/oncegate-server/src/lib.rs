@@ -85,6 +85,9 @@ pub struct ServiceConfig {
     pub contract: Arc<Contract>,
     /// The store they are journaled and decided in.
     pub store: Arc<dyn Store>,
+    /// A streaming standby of the store that the console, the report, proofs read back and the
+    /// queue and delivery listings are read from; those answers carry `oncegate-read-lag-ms`.
+    pub read_store: Option<Arc<dyn Store>>,
     /// The key salt for sensitive fields (HMAC-SHA-256). The reservation-token key is derived
     /// from it too, so a restarted instance (or a sibling sharing the salt) accepts the tokens
     /// its predecessor handed out.
@@ -139,6 +142,7 @@ impl ServiceConfig {
         ServiceConfig {
             contract,
             store,
+            read_store: None,
             salt,
             tokens: Vec::new(),
             secrets: ProviderSecrets::default(),
@@ -164,6 +168,7 @@ impl std::fmt::Debug for ServiceConfig {
         f.debug_struct("ServiceConfig")
             .field("contract", &self.contract.source)
             .field("store", &self.store.backend())
+            .field("read_store", &self.read_store.as_ref().map(|s| s.backend()))
             .field("salt", &"<redacted>")
             .field("tokens", &self.tokens.len())
             .field("secrets", &self.secrets)

@@ -65,6 +65,7 @@ pub(crate) fn gate_config(config: &ServiceConfig) -> GateConfig {
     GateConfig {
         contract: config.contract.clone(),
         store: config.store.clone(),
+        read_store: config.read_store.clone(),
         salt: config.salt.clone(),
         lease: config.lease,
         breaker_window: config.breaker_window,

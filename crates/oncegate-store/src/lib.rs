@@ -131,6 +131,14 @@ pub trait Store: Send + Sync {
         None
     }
 
+    /// How far behind its primary this store's reads are: `None` on a store that is not a
+    /// replica (SQLite, a PostgreSQL primary), zero on a standby that has replayed everything
+    /// it received, else the time since the last transaction it replayed committed on the
+    /// primary (`pg_last_xact_replay_timestamp`).
+    async fn read_lag(&self) -> Result<Option<std::time::Duration>, StoreError> {
+        Ok(None)
+    }
+
     /// Journals one reception in its own commit, before anything is decided (rejected ones
     /// too) and returns its new id.
     async fn journal(&self, reception: NewReception) -> Result<DeliveryId, StoreError>;
@@ -529,6 +537,21 @@ pub trait Store: Send + Sync {
 /// ```
 pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
     open_at(&url.parse()?).await
+}
+
+/// Opens a PostgreSQL streaming standby of a store for reads only (listings, reports, proofs
+/// read back): its schema is checked, never migrated (a standby replays the primary's
+/// migrations), and every transaction on it is read-only, so nothing can be written through it
+/// even when the string names a primary by mistake. SQLite has no replica: a `sqlite://`
+/// location is refused.
+pub async fn open_replica(location: &StoreLocation) -> Result<Arc<dyn Store>, StoreError> {
+    match location {
+        StoreLocation::Postgres(conn) => Ok(Arc::new(postgres::PgStore::open_replica(conn).await?)),
+        StoreLocation::Sqlite(_) => Err(StoreError::Config(
+            "a read store is a PostgreSQL streaming standby; a SQLite store has no replica"
+                .to_owned(),
+        )),
+    }
 }
 
 /// Opens the store at a checked location (see [`open`]).

@@ -133,9 +133,37 @@ impl JournaledScopes {
 impl PgStore {
     /// Connects with a pool and applies the embedded migrations.
     pub async fn open(url: &str) -> Result<Self> {
+        let (pool, config) = Self::pool(url, false)?;
+        migrate(&pool).await?;
+        Self::over(pool, config).await
+    }
+
+    /// Connects to a streaming standby for reads: every transaction read-only, the schema
+    /// checked rather than migrated (see [`crate::open_replica`]).
+    pub async fn open_replica(url: &str) -> Result<Self> {
+        let (pool, config) = Self::pool(url, true)?;
+        check_replica_schema(&pool).await?;
+        Self::over(pool, config).await
+    }
+
+    async fn over(pool: Pool, config: tokio_postgres::Config) -> Result<Self> {
+        let begin = batch_begin(&pool).await?;
+        Ok(PgStore {
+            batcher: Batcher::start(pool.clone(), begin),
+            pool,
+            config,
+            journaled: Mutex::default(),
+        })
+    }
+
+    fn pool(url: &str, read_only: bool) -> Result<(Pool, tokio_postgres::Config)> {
         let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|_| StoreError::Config("the PostgreSQL URL is not valid".to_owned()))?;
         bound_the_network(&mut config);
+        if read_only {
+            let options = config.get_options().unwrap_or_default().to_owned();
+            config.options(format!("{options} -c default_transaction_read_only=on").trim());
+        }
         let manager = Manager::from_config(
             config.clone(),
             NoTls,
@@ -153,14 +181,46 @@ impl PgStore {
             .map_err(|e| {
                 StoreError::Config(format!("the PostgreSQL pool could not be built: {e}"))
             })?;
-        migrate(&pool).await?;
-        let begin = batch_begin(&pool).await?;
-        Ok(PgStore {
-            batcher: Batcher::start(pool.clone(), begin),
-            pool,
-            config,
-            journaled: Mutex::default(),
-        })
+        Ok((pool, config))
+    }
+}
+
+/// How long opening a replica waits for it to replay the primary's migration.
+const REPLICA_SCHEMA_WAIT: StdDuration = StdDuration::from_secs(30);
+
+/// A replica serves reads of this binary's schema only: one already ahead of it would read
+/// rows this binary does not know how to read. One behind is usually a standby still
+/// replaying the migration its primary just ran (the service opens the primary first, which
+/// migrates it), so it is waited for, up to `REPLICA_SCHEMA_WAIT`.
+async fn check_replica_schema(pool: &Pool) -> Result<()> {
+    let client = pool.get().await.map_err(pool_err)?;
+    let known = schema::known_version();
+    let deadline = std::time::Instant::now() + REPLICA_SCHEMA_WAIT;
+    loop {
+        // A standby that has not replayed the table yet has no `schema_version` at all.
+        let found = match client
+            .query_one("SELECT COALESCE(MAX(version), 0) FROM schema_version", &[])
+            .await
+        {
+            Ok(row) => row.try_get::<_, i64>(0).map_err(pg_err)?,
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => 0,
+            Err(e) => return Err(pg_err(e)),
+        };
+        if found > known {
+            return Err(StoreError::SchemaTooNew { found, known });
+        }
+        if found == known {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(StoreError::Config(format!(
+                "the read store's schema is version {found}, this binary's is {known}, and it did \
+                 not replay the migration within {} s: is it a standby of the store, and is it \
+                 replaying?",
+                REPLICA_SCHEMA_WAIT.as_secs()
+            )));
+        }
+        tokio::time::sleep(StdDuration::from_millis(100)).await;
     }
 }
 
@@ -358,6 +418,23 @@ crate::operations::store_impl!(PgStore, run, {
 
     fn batch_sizes(&self) -> Option<std::sync::Arc<crate::BatchSizes>> {
         Some(self.batcher.sizes())
+    }
+
+    async fn read_lag(&self) -> Result<Option<std::time::Duration>> {
+        let client = self.pool.get().await.map_err(pool_err)?;
+        // Caught up (everything received is replayed): no lag, however long ago the primary
+        // last committed. Otherwise the age of the last transaction replayed.
+        let row = client
+            .query_one(
+                "SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL \
+                 WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 \
+                 ELSE COALESCE((EXTRACT(EPOCH FROM clock_timestamp() - pg_last_xact_replay_timestamp()) * 1000)::bigint, 0) END",
+                &[],
+            )
+            .await
+            .map_err(pg_err)?;
+        let lag: Option<i64> = row.try_get(0).map_err(pg_err)?;
+        Ok(lag.map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)))
     }
 
     async fn ping(&self) -> Result<()> {

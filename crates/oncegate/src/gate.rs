@@ -35,6 +35,10 @@ pub struct GateConfig {
     pub contract: Arc<Contract>,
     /// The store they are journaled and decided in.
     pub store: Arc<dyn Store>,
+    /// A streaming standby of `store` that the listings, the report and the proofs read back
+    /// are read from (see [`Gate::read_lag`]); everything that decides or acts stays on
+    /// `store`. `None`: all of it on `store`.
+    pub read_store: Option<Arc<dyn Store>>,
     /// The key salt for sensitive fields (HMAC-SHA-256).
     pub salt: Vec<u8>,
     /// Overrides the contract's `settings.lease` for `process` reservations.
@@ -51,6 +55,7 @@ impl GateConfig {
         GateConfig {
             contract,
             store,
+            read_store: None,
             salt,
             lease: None,
             breaker_window: Duration::from_secs(24 * 3600),
@@ -65,6 +70,7 @@ impl std::fmt::Debug for GateConfig {
         f.debug_struct("GateConfig")
             .field("contract", &self.contract.source)
             .field("store", &self.store.backend())
+            .field("read_store", &self.read_store.as_ref().map(|s| s.backend()))
             .field("salt", &"<redacted>")
             .field("lease", &self.lease)
             .field("breaker_window", &self.breaker_window)
@@ -75,6 +81,10 @@ impl std::fmt::Debug for GateConfig {
 pub(crate) struct Inner {
     contract: Arc<Contract>,
     store: Arc<dyn Store>,
+    /// Where the listings, the report and proofs read back are read: the read store, else
+    /// `store`.
+    reader: Arc<dyn Store>,
+    replica: bool,
     salt: Vec<u8>,
     clock: Clock,
     lease: Duration,
@@ -116,9 +126,13 @@ impl Gate {
         };
         let lease = config.lease.unwrap_or(settings.lease);
         let metrics = Metrics::new(config.store.batch_sizes());
+        let replica = config.read_store.is_some();
+        let reader = config.read_store.unwrap_or_else(|| config.store.clone());
         Gate(Arc::new(Inner {
             contract: config.contract,
             store: config.store,
+            reader,
+            replica,
             salt: config.salt,
             clock: config.clock,
             lease,
@@ -147,6 +161,22 @@ impl Gate {
     /// The store the gate decides in: the engine's own; embedders act through the gate.
     pub(crate) fn store(&self) -> &Arc<dyn Store> {
         &self.0.store
+    }
+
+    /// The store the listings, the report and proofs read back are read from: the read store
+    /// when the gate has one (see [`GateConfig::read_store`]), else the store.
+    pub(crate) fn reader(&self) -> &Arc<dyn Store> {
+        &self.0.reader
+    }
+
+    /// How far behind the store the gate's reads are: `None` when they are read from the
+    /// store itself, else the read store's replay lag (zero when it has replayed everything it
+    /// received). Answers read from a replica say it (`oncegate-read-lag-ms`).
+    pub async fn read_lag(&self) -> Result<Option<Duration>, oncegate_store::StoreError> {
+        if !self.0.replica {
+            return Ok(None);
+        }
+        Ok(Some(self.0.reader.read_lag().await?.unwrap_or_default()))
     }
 
     /// The gate's clock, now.

@@ -66,7 +66,7 @@ impl Gate {
         id: &DeliveryId,
         tenants: &TenantFilter,
     ) -> Result<Option<DeliveryProof>, StoreError> {
-        let store = self.store();
+        let store = self.reader();
         let delivery = match store.delivery(id).await? {
             Some(d) if tenants.allows(&d.tenant) => d,
             _ => return Ok(None),

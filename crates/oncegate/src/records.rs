@@ -1,5 +1,9 @@
 //! What the gate's store holds, read through the gate: the journal and its listing, effects,
-//! the queue, the report, the breakers, gateway mode's forwards, and the store's health. An
+//! the queue, the report, the breakers, gateway mode's forwards, and the store's health. The
+//! listings of deliveries and of the queue, and the report, are read from the gate's read
+//! store when it has one (a streaming standby, `GateConfig::read_store`); every other read is
+//! the store's, so a caller that acts on what it read (a holder's effect, a queue item being
+//! resolved) never reads it stale. An
 //! adapter (the HTTP routes, the console, the command line) lists and shows through these and
 //! never holds the store itself; every listing takes the reader's tenants where records carry
 //! one.
@@ -41,7 +45,7 @@ impl Gate {
         &self,
         filter: &DeliveryFilter,
     ) -> Result<Vec<DeliverySummary>, StoreError> {
-        self.store().deliveries(filter).await
+        self.reader().deliveries(filter).await
     }
 
     /// One effect with its links; `None` when no effect has this id.
@@ -56,12 +60,12 @@ impl Gate {
 
     /// Queue items matching the filter, oldest first.
     pub async fn queue_list(&self, filter: &QueueFilter) -> Result<Vec<QueueItem>, StoreError> {
-        self.store().queue_list(filter).await
+        self.reader().queue_list(filter).await
     }
 
     /// One page of the queue, where the next one starts and the counts per kind and status.
     pub async fn queue_page(&self, filter: &QueueFilter) -> Result<QueuePage, StoreError> {
-        self.store().queue_page(filter).await
+        self.reader().queue_page(filter).await
     }
 
     /// One queue item, open or resolved; `None` when no item has this id.
@@ -75,7 +79,7 @@ impl Gate {
         tenants: &TenantFilter,
         since: OffsetDateTime,
     ) -> Result<Report, StoreError> {
-        self.store().report(tenants, since).await
+        self.reader().report(tenants, since).await
     }
 
     /// Every breaker that ever opened and every scope with matches in `rule`'s window, now.

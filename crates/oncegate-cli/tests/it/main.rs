@@ -16,6 +16,7 @@ mod programs;
 mod queue;
 mod readme;
 mod reconcile;
+mod replica;
 mod safety;
 mod serve;
 mod service;

@@ -64,6 +64,11 @@ pub(crate) fn page(title: &str, session: &Session, active: Nav, body: Markup) ->
                         a href=(href) class=[(nav == active).then_some("active")] { (label) }
                     }
                 }
+                @if let Some(lag) = session.read_lag {
+                    span.lag title="The lists, the report and proofs on this page are read from a streaming standby of the store" {
+                        "read from a replica, " (lag.as_millis()) " ms behind"
+                    }
+                }
                 span.who {
                     (session.caller.role.as_str()) " · " (tenants_text(&session.caller.tenants))
                     " · until " (hhmm(session.expires_at)) " UTC"

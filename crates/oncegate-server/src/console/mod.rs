@@ -71,7 +71,11 @@ impl FromRequestParts<AppState> for Signed {
         let found = session::cookie_value(&parts.headers)
             .and_then(|v| session::verify(&key, &state.tokens, v, state.now()));
         match found {
-            Some(s) => Ok(Signed(s)),
+            Some(mut s) => {
+                // A page read from a replica says how stale it may be.
+                s.read_lag = state.gate.read_lag().await.ok().flatten();
+                Ok(Signed(s))
+            }
             None if parts.method == Method::GET => {
                 Err(Redirect::to("/console/signin").into_response())
             }

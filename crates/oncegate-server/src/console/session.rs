@@ -68,6 +68,9 @@ pub(crate) struct Session {
     /// The CSRF token every form of this session carries.
     pub csrf: String,
     pub expires_at: OffsetDateTime,
+    /// How far behind the store the page's reads are, when they come from a read store
+    /// (shown in the page's header).
+    pub read_lag: Option<std::time::Duration>,
 }
 
 impl Session {
@@ -126,6 +129,7 @@ pub(crate) fn sign_in(
         caller: caller.clone(),
         csrf: csrf_of(key, &mac),
         expires_at,
+        read_lag: None,
     };
     Ok((
         format!("{payload}.{}", URL_SAFE_NO_PAD.encode(mac)),
@@ -183,6 +187,7 @@ pub(crate) fn verify(
         caller: caller.clone(),
         csrf: csrf_of(key, &mac),
         expires_at,
+        read_lag: None,
     })
 }
 
