@@ -244,13 +244,6 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 async fn ready(base: &str) {
     let client = reqwest::Client::new();
     for _ in 0..600 {
@@ -284,7 +277,7 @@ fn contract_path() -> std::path::PathBuf {
 }
 
 async fn oncegate(store: &str) -> Server {
-    let port = free_port();
+    let port = oncegate::store::testing::free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_oncegate"))
         .arg("serve")
         .arg("--contract")
@@ -309,7 +302,7 @@ async fn oncegate(store: &str) -> Server {
 }
 
 async fn handmade(store: &str) -> Server {
-    let port = free_port();
+    let port = oncegate::store::testing::free_port();
     let child = Command::new(std::env::current_exe().expect("this binary"))
         .env("ONCEGATE_LOAD_ROLE", "baseline")
         .env("ONCEGATE_LOAD_STORE", store)

@@ -24,14 +24,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Resident memory (KiB) and open descriptors of a process, from `/proc`.
 fn rss_and_fds(pid: u32) -> (u64, usize) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -71,7 +63,7 @@ struct Instance {
 }
 
 fn serve(binary: &str, contract: &str, store: &str) -> Instance {
-    let port = free_port();
+    let port = oncegate::store::testing::free_port();
     let child = Command::new(binary)
         .args(["serve", "--contract", contract, "--store", store])
         .args(["--listen", &format!("127.0.0.1:{port}")])

@@ -12,6 +12,15 @@ use tempfile::TempDir;
 #[cfg(unix)]
 pub mod cluster;
 
+/// A TCP port free on 127.0.0.1 at the moment of asking, for a server a test or bench starts
+/// itself (a PostgreSQL cluster, `oncegate serve`).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
+}
+
 /// The admin URL test databases are created with: `ONCEGATE_TEST_PG`, which `scripts/test`
 /// sets to a throwaway cluster of its own (`scripts/with-test-pg`). There is no default: a
 /// test never reaches whatever server happens to listen on the machine.

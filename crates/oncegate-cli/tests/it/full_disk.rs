@@ -92,14 +92,6 @@ impl Drop for SmallDisk {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Where the service's log goes.
 enum Log {
     /// A pipe the test reads (another disk).
@@ -165,7 +157,7 @@ async fn deliver(http: &reqwest::Client, base: &str, payment: &str) -> (u16, ser
 async fn full_disk(log_on_the_disk: bool) {
     let disk = SmallDisk::mount("6m");
     let store = disk.path.join("oncegate.db");
-    let port = free_port();
+    let port = oncegate::store::testing::free_port();
     let base = format!("http://127.0.0.1:{port}");
     let log = if log_on_the_disk {
         Log::OnTheDisk(disk.path.join("oncegate.log"))
@@ -309,7 +301,7 @@ async fn a_full_disk_under_postgresql_loses_nothing_and_the_service_recovers() {
         "max_wal_size = '8MB'\nmin_wal_size = '4MB'\nrestart_after_crash = on",
     )
     .await;
-    let port = free_port();
+    let port = oncegate::store::testing::free_port();
     let base = format!("http://127.0.0.1:{port}");
     let log = Log::Pipe(Arc::default());
     let mut c = Command::new(env!("CARGO_BIN_EXE_oncegate"));

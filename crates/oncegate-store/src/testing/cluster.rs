@@ -92,13 +92,6 @@ fn run(mut c: Command, what: &str) {
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 /// A temporary home the server's user may write to.
 fn home() -> (TempDir, PathBuf) {
     let home = tempfile::Builder::new()
@@ -159,7 +152,7 @@ impl Cluster {
             "--wal-segsize=1",
         ]);
         run(initdb, "initdb");
-        let port = free_port();
+        let port = super::free_port();
         append(
             &dir.join("postgresql.conf"),
             &format!(
@@ -190,7 +183,7 @@ impl Cluster {
             .args(["-U", "postgres", "-X", "stream", "--no-sync", "-D"])
             .arg(&dir);
         run(backup, "pg_basebackup");
-        let port = free_port();
+        let port = super::free_port();
         append(
             &dir.join("postgresql.auto.conf"),
             &format!(
