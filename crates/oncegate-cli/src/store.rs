@@ -49,7 +49,7 @@ impl StoreArg {
     }
 
     /// Opens [`location`](Self::location)'s store (migrating its schema).
-    pub async fn open(&self, contract: Option<&Contract>) -> Result<Arc<dyn Store>> {
+    pub async fn open(&self, contract: Option<&Contract>) -> Result<Arc<Store>> {
         let location = self.location(contract)?;
         oncegate::store::open_at(&location)
             .await

@@ -84,10 +84,10 @@ pub struct ServiceConfig {
     /// The contract deliveries are identified with.
     pub contract: Arc<Contract>,
     /// The store they are journaled and decided in.
-    pub store: Arc<dyn Store>,
+    pub store: Arc<Store>,
     /// A streaming standby of the store that the console, the report, proofs read back and the
     /// queue and delivery listings are read from; those answers carry `oncegate-read-lag-ms`.
-    pub read_store: Option<Arc<dyn Store>>,
+    pub read_store: Option<Arc<Store>>,
     /// The key salt for sensitive fields (HMAC-SHA-256). The reservation-token key is derived
     /// from it too, so a restarted instance (or a sibling sharing the salt) accepts the tokens
     /// its predecessor handed out.
@@ -138,7 +138,7 @@ impl ServiceConfig {
     /// A config with no tokens, no secrets, private metrics, a 10-second request timeout
     /// (30 s for a head, 5 s for a body, 75 s idle), no extra CA, the contract's lease and the
     /// system clock.
-    pub fn new(contract: Arc<Contract>, store: Arc<dyn Store>, salt: Vec<u8>) -> Self {
+    pub fn new(contract: Arc<Contract>, store: Arc<Store>, salt: Vec<u8>) -> Self {
         ServiceConfig {
             contract,
             store,

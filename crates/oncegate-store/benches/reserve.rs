@@ -147,7 +147,7 @@ where
 }
 
 /// Journals `count` deliveries (keys from `from`) outside any timing and returns their ids.
-async fn journal(store: Arc<dyn Store>, from: usize, count: usize) -> Arc<Vec<DeliveryId>> {
+async fn journal(store: Arc<Store>, from: usize, count: usize) -> Arc<Vec<DeliveryId>> {
     let ids = Arc::new(Mutex::new(vec![None; count]));
     let slots = ids.clone();
     drive(32, 3600.0, count, move |i| {
@@ -169,7 +169,7 @@ async fn journal(store: Arc<dyn Store>, from: usize, count: usize) -> Arc<Vec<De
 
 /// `Store::decide` on new keys (one per journaled delivery) from `callers` tasks.
 async fn decide(
-    store: Arc<dyn Store>,
+    store: Arc<Store>,
     callers: usize,
     secs: f64,
     from: usize,
@@ -289,7 +289,7 @@ async fn baseline<B: Baseline>(b: &Arc<B>, callers: usize, secs: f64, from: usiz
 /// in `ROUNDS` alternating slices so a drift of the machine (a noisy disk, another process)
 /// weighs on both sides alike. Keys of the cell start at `base`.
 async fn cell<B: Baseline>(
-    store: Arc<dyn Store>,
+    store: Arc<Store>,
     bare: Arc<B>,
     callers: usize,
     secs: f64,

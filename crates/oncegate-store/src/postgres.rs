@@ -55,7 +55,7 @@ use std::sync::Mutex;
 use std::time::Duration as StdDuration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use oncegate_core::ids::DeliveryId;
+use oncegate_core::ids::{DeliveryId, EffectId};
 use time::OffsetDateTime;
 use tokio::sync::oneshot;
 use tokio_postgres::NoTls;
@@ -66,6 +66,7 @@ use crate::delivery::NewReception;
 use crate::error::StoreError;
 use crate::plan::Scope;
 use crate::schema;
+use crate::store::{AnyTx, Work};
 use crate::Matrix;
 
 mod batch;
@@ -76,7 +77,7 @@ mod set;
 mod sqlstate;
 
 use batch::{Batcher, Completing, Deciding, Item};
-use executor::Executor;
+pub(crate) use executor::Executor;
 use retry::retry;
 use sqlstate::{pg_err, pool_err};
 
@@ -375,21 +376,23 @@ fn stopped() -> StoreError {
     )
 }
 
-/// Runs `$body` (which uses the transaction named `$tx`) in a fresh transaction and commits it
-/// (or rolls it back when `$keep` is false), through `retry`. A macro rather than a function
-/// because the body borrows the transaction it runs in.
-macro_rules! transaction {
-    ($store:expr, $keep:expr, |$tx:ident| $body:expr) => {
+// ---------------------------------------------------------------------------------------------
+// The calls where the backends differ (see `store`)
+
+impl PgStore {
+    /// Runs one of the store's calls written once (`store`) in a fresh transaction and
+    /// commits it (or rolls it back when `keep` is false), through `retry`: `work` runs again
+    /// in a new transaction when one loses a serialization race.
+    pub(crate) async fn transaction<A, T>(&self, keep: bool, args: A, work: Work<A, T>) -> Result<T>
+    where
+        A: Send + Sync,
+    {
         retry(|| async {
-            let mut client = $store.pool.get().await.map_err(pool_err)?;
+            let mut client = self.pool.get().await.map_err(pool_err)?;
             let raw = client.transaction().await.map_err(pg_err)?;
             // On an error the transaction is dropped, which rolls it back.
-            let value = {
-                #[allow(unused_mut)]
-                let mut $tx = Executor::new(&raw);
-                $body?
-            };
-            if $keep {
+            let value = work(&mut AnyTx::Postgres(Executor::new(&raw)), &args).await?;
+            if keep {
                 raw.commit().await
             } else {
                 raw.rollback().await
@@ -398,29 +401,13 @@ macro_rules! transaction {
             Ok(value)
         })
         .await
-    };
-}
-
-/// Runs one operation of `store_impl!`'s list in a transaction of its own (`transaction!`).
-macro_rules! run {
-    (
-        $store:expr, $mode:ident, $keep:expr,
-        [$($arg:ident: $ty:ty),*], $op:path, [$($call:expr),*]
-    ) => {
-        transaction!($store, $keep, |tx| $op(&mut tx, $($call),*).await)
-    };
-}
-
-crate::operations::store_impl!(PgStore, run, {
-    fn backend(&self) -> &'static str {
-        "postgres"
     }
 
-    fn batch_sizes(&self) -> Option<std::sync::Arc<crate::BatchSizes>> {
-        Some(self.batcher.sizes())
+    pub(crate) fn batch_sizes(&self) -> std::sync::Arc<crate::BatchSizes> {
+        self.batcher.sizes()
     }
 
-    async fn read_lag(&self) -> Result<Option<std::time::Duration>> {
+    pub(crate) async fn read_lag(&self) -> Result<Option<std::time::Duration>> {
         let client = self.pool.get().await.map_err(pool_err)?;
         // Caught up (everything received is replayed): no lag, however long ago the primary
         // last committed. Otherwise the age of the last transaction replayed.
@@ -437,7 +424,7 @@ crate::operations::store_impl!(PgStore, run, {
         Ok(lag.map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)))
     }
 
-    async fn ping(&self) -> Result<()> {
+    pub(crate) async fn ping(&self) -> Result<()> {
         let late = || {
             StoreError::unavailable_plain(format!(
                 "the database did not answer within {} ms",
@@ -463,7 +450,7 @@ crate::operations::store_impl!(PgStore, run, {
         }
     }
 
-    async fn journal(&self, reception: NewReception) -> Result<DeliveryId> {
+    pub(crate) async fn journal(&self, reception: NewReception) -> Result<DeliveryId> {
         let id = DeliveryId::from_u128(new_id(reception.received_at));
         let scope = crate::decision::journaled_scope(&reception);
         let (reply, answer) = oneshot::channel();
@@ -477,7 +464,11 @@ crate::operations::store_impl!(PgStore, run, {
         Ok(id)
     }
 
-    async fn decide(&self, request: DecideRequest, matrix: &dyn Matrix) -> Result<DecideOutcome> {
+    pub(crate) async fn decide(
+        &self,
+        request: DecideRequest,
+        matrix: &dyn Matrix,
+    ) -> Result<DecideOutcome> {
         let known = self
             .journaled
             .lock()
@@ -509,7 +500,7 @@ crate::operations::store_impl!(PgStore, run, {
         .await
     }
 
-    async fn journal_and_decide(
+    pub(crate) async fn journal_and_decide(
         &self,
         reception: NewReception,
         request: DecideRequest,
@@ -530,7 +521,7 @@ crate::operations::store_impl!(PgStore, run, {
         answer.await.map_err(|_| stopped())?
     }
 
-    async fn complete(
+    pub(crate) async fn complete(
         &self,
         effect: &EffectId,
         token: u64,
@@ -548,11 +539,14 @@ crate::operations::store_impl!(PgStore, run, {
         answer.await.map_err(|_| stopped())?
     }
 
-    async fn expire_leases(&self, now: OffsetDateTime) -> Result<Vec<EffectId>> {
-        let expired = transaction!(self, true, |tx| crate::reconciliation::expire_leases(
-            &mut tx, now
-        )
-        .await)?;
+    pub(crate) async fn expire_leases(&self, now: OffsetDateTime) -> Result<Vec<EffectId>> {
+        let expired = self
+            .transaction(
+                true,
+                now,
+                Box::new(|tx, now| Box::pin(crate::reconciliation::expire_leases(tx, *now))),
+            )
+            .await?;
         if !expired.is_empty() {
             if let Ok(client) = self.pool.get().await {
                 crate::wakeup::notify(&client).await;
@@ -561,10 +555,10 @@ crate::operations::store_impl!(PgStore, run, {
         Ok(expired)
     }
 
-    fn listen_for_queued(
+    pub(crate) fn listen_for_queued(
         &self,
         wake: std::sync::Arc<tokio::sync::Notify>,
-    ) -> Option<tokio::task::JoinHandle<()>> {
-        Some(crate::wakeup::listen(self.config.clone(), wake))
+    ) -> tokio::task::JoinHandle<()> {
+        crate::wakeup::listen(self.config.clone(), wake)
     }
-});
+}

@@ -18,32 +18,31 @@
 //! SAVEPOINT, so a decision costs one hop to the writer and one read of the view.
 //!
 //! `executor` runs the shared operations on a connection; `writer` is the writer thread and its
-//! batches; here are the store, its readers, and how a listed call's arguments travel to either
-//! (`Carry`).
+//! batches; here are the store, its readers, and the calls where SQLite differs from PostgreSQL.
 
-use std::borrow::Borrow;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
+use oncegate_core::ids::{DeliveryId, EffectId};
 use rusqlite::{Connection, ErrorCode};
-use time::{Duration, OffsetDateTime};
+use time::OffsetDateTime;
 use tokio::sync::oneshot;
 
 use crate::codes::{ms, new_id};
 use crate::decision::{DecideOutcome, DecideRequest};
 use crate::delivery::NewReception;
 use crate::error::StoreError;
-use crate::queue::Resolution;
-use crate::reconciliation::ReconcileAttempt;
 use crate::schema;
+use crate::store::{AnyTx, Work};
 use crate::Matrix;
 
 mod checkpoint;
 mod executor;
 mod writer;
 
-use executor::{now_or_never, SqliteTx};
+use executor::now_or_never;
+pub(crate) use executor::SqliteTx;
 use writer::{writer_loop, Pending, WriteJob};
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -140,6 +139,28 @@ impl SqliteStore {
         })
         .await
         .map_err(|_| StoreError::unavailable_plain("a SQLite read task stopped"))?
+    }
+
+    /// Runs one of the store's calls written once (`store`) on a reader.
+    pub(crate) async fn read_any<A, T>(&self, args: A, work: Work<A, T>) -> Result<T>
+    where
+        A: Send + Sync + 'static,
+        T: Send + 'static,
+    {
+        self.read(move |tx| now_or_never(work(&mut AnyTx::Sqlite(tx.reborrow()), &args)))
+            .await
+    }
+
+    /// Runs one of the store's calls written once (`store`) in the writer's next batch.
+    pub(crate) async fn write_any<A, T>(&self, keep: bool, args: A, work: Work<A, T>) -> Result<T>
+    where
+        A: Send + Sync + 'static,
+        T: Send + 'static,
+    {
+        self.write(keep, move |tx| {
+            now_or_never(work(&mut AnyTx::Sqlite(tx.reborrow()), &args))
+        })
+        .await
     }
 }
 
@@ -313,112 +334,20 @@ impl Readers {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The store
+// The calls where the backends differ (see `store`)
 
-/// A `Store` call's argument on its way to the reader or writer threads, which can hold no
-/// borrow of the caller's: owned for the trip, then lent back to the operation in the form the
-/// call took it (a reference as a reference, a value as a value, an owned value by reference).
-trait Carry {
-    type Owned: Send + 'static;
-    type Lent<'a>;
-    fn own(self) -> Self::Owned;
-    fn lend(owned: &Self::Owned) -> Self::Lent<'_>;
-}
-
-impl<T> Carry for &T
-where
-    T: ToOwned + ?Sized + 'static,
-    T::Owned: Send,
-{
-    type Owned = T::Owned;
-    type Lent<'a> = &'a T;
-
-    fn own(self) -> T::Owned {
-        self.to_owned()
+impl SqliteStore {
+    pub(crate) fn batch_sizes(&self) -> Arc<crate::BatchSizes> {
+        self.batch_sizes.clone()
     }
 
-    fn lend(owned: &T::Owned) -> &T {
-        owned.borrow()
-    }
-}
-
-/// Small values the operations take by value.
-macro_rules! carried_as_copies {
-    ($($t:ty),*) => {$(
-        impl Carry for $t {
-            type Owned = $t;
-            type Lent<'a> = $t;
-
-            fn own(self) -> $t {
-                self
-            }
-
-            fn lend(owned: &$t) -> $t {
-                *owned
-            }
-        }
-    )*};
-}
-
-carried_as_copies!(bool, u32, u64, Duration, OffsetDateTime);
-
-/// Values a call takes by value and its operation by reference.
-macro_rules! carried_as_references {
-    ($($t:ty),*) => {$(
-        impl Carry for $t {
-            type Owned = $t;
-            type Lent<'a> = &'a $t;
-
-            fn own(self) -> $t {
-                self
-            }
-
-            fn lend(owned: &$t) -> &$t {
-                owned
-            }
-        }
-    )*};
-}
-
-carried_as_references!(Resolution, ReconcileAttempt);
-
-/// Runs one operation of `store_impl!`'s list: its arguments carried (`Carry`) to a reader, or
-/// to the writer's next batch.
-macro_rules! run {
-    (
-        $store:expr, $mode:ident, $keep:expr,
-        [$($arg:ident: $ty:ty),*], $op:path, [$($call:expr),*]
-    ) => {{
-        $(let $arg = <$ty as Carry>::own($arg);)*
-        run!(@on $store, $mode, $keep, move |tx| {
-            $(#[allow(unused_variables)] let $arg = <$ty as Carry>::lend(&$arg);)*
-            now_or_never($op(tx, $($call),*))
-        })
-    }};
-    (@on $store:expr, read, $keep:expr, $work:expr) => {
-        $store.read($work).await
-    };
-    (@on $store:expr, write, $keep:expr, $work:expr) => {
-        $store.write($keep, $work).await
-    };
-}
-
-crate::operations::store_impl!(SqliteStore, run, {
-    fn backend(&self) -> &'static str {
-        "sqlite"
-    }
-
-    fn batch_sizes(&self) -> Option<Arc<crate::BatchSizes>> {
-        Some(self.batch_sizes.clone())
-    }
-
-    async fn ping(&self) -> Result<()> {
+    pub(crate) async fn ping(&self) -> Result<()> {
         // Through the writer: ready means able to write, not only to read.
         self.write(true, |tx| tx.query_now("SELECT 1", &[]).map(|_| ()))
             .await
     }
 
-    async fn journal(&self, reception: NewReception) -> Result<DeliveryId> {
+    pub(crate) async fn journal(&self, reception: NewReception) -> Result<DeliveryId> {
         let id = DeliveryId::from_u128(new_id(reception.received_at));
         let answer = id.clone();
         self.write(true, move |tx| {
@@ -428,7 +357,11 @@ crate::operations::store_impl!(SqliteStore, run, {
         Ok(answer)
     }
 
-    async fn decide(&self, request: DecideRequest, matrix: &dyn Matrix) -> Result<DecideOutcome> {
+    pub(crate) async fn decide(
+        &self,
+        request: DecideRequest,
+        matrix: &dyn Matrix,
+    ) -> Result<DecideOutcome> {
         // One hop: the writer reads the view, runs the matrix and applies its decision inside
         // the batch, so nothing can change the view in between (it holds the write lock).
         let matrix = matrix.share();
@@ -440,7 +373,7 @@ crate::operations::store_impl!(SqliteStore, run, {
         .await
     }
 
-    async fn journal_and_decide(
+    pub(crate) async fn journal_and_decide(
         &self,
         reception: NewReception,
         request: DecideRequest,
@@ -471,7 +404,7 @@ crate::operations::store_impl!(SqliteStore, run, {
         .await
     }
 
-    async fn complete(
+    pub(crate) async fn complete(
         &self,
         effect: &EffectId,
         token: u64,
@@ -485,10 +418,10 @@ crate::operations::store_impl!(SqliteStore, run, {
         .await
     }
 
-    async fn expire_leases(&self, now: OffsetDateTime) -> Result<Vec<EffectId>> {
+    pub(crate) async fn expire_leases(&self, now: OffsetDateTime) -> Result<Vec<EffectId>> {
         self.write(true, move |tx| {
             now_or_never(crate::reconciliation::expire_leases(tx, now))
         })
         .await
     }
-});
+}

@@ -41,7 +41,7 @@ impl Backlog {
     /// Returns how many still wait.
     pub async fn settle(
         &self,
-        store: &dyn Store,
+        store: &Store,
         metrics: &Metrics,
         now: OffsetDateTime,
         lease: time::Duration,

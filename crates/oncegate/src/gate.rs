@@ -34,11 +34,11 @@ pub struct GateConfig {
     /// The contract deliveries are identified with.
     pub contract: Arc<Contract>,
     /// The store they are journaled and decided in.
-    pub store: Arc<dyn Store>,
+    pub store: Arc<Store>,
     /// A streaming standby of `store` that the listings, the report and the proofs read back
     /// are read from (see [`Gate::read_lag`]); everything that decides or acts stays on
     /// `store`. `None`: all of it on `store`.
-    pub read_store: Option<Arc<dyn Store>>,
+    pub read_store: Option<Arc<Store>>,
     /// The key salt for sensitive fields (HMAC-SHA-256).
     pub salt: Vec<u8>,
     /// Overrides the contract's `settings.lease` for `process` reservations.
@@ -51,7 +51,7 @@ pub struct GateConfig {
 
 impl GateConfig {
     /// The contract's lease, a 24-hour breaker window and the system clock.
-    pub fn new(contract: Arc<Contract>, store: Arc<dyn Store>, salt: Vec<u8>) -> GateConfig {
+    pub fn new(contract: Arc<Contract>, store: Arc<Store>, salt: Vec<u8>) -> GateConfig {
         GateConfig {
             contract,
             store,
@@ -80,10 +80,10 @@ impl std::fmt::Debug for GateConfig {
 
 pub(crate) struct Inner {
     contract: Arc<Contract>,
-    store: Arc<dyn Store>,
+    store: Arc<Store>,
     /// Where the listings, the report and proofs read back are read: the read store, else
     /// `store`.
-    reader: Arc<dyn Store>,
+    reader: Arc<Store>,
     replica: bool,
     salt: Vec<u8>,
     clock: Clock,
@@ -159,13 +159,13 @@ impl Gate {
     }
 
     /// The store the gate decides in: the engine's own; embedders act through the gate.
-    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+    pub(crate) fn store(&self) -> &Arc<Store> {
         &self.0.store
     }
 
     /// The store the listings, the report and proofs read back are read from: the read store
     /// when the gate has one (see [`GateConfig::read_store`]), else the store.
-    pub(crate) fn reader(&self) -> &Arc<dyn Store> {
+    pub(crate) fn reader(&self) -> &Arc<Store> {
         &self.0.reader
     }
 

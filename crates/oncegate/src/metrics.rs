@@ -153,17 +153,14 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// A new registry with every family registered; `batch_sizes`, the store's group commits
-    /// when it has them.
-    pub(crate) fn new(batch_sizes: Option<Arc<BatchSizes>>) -> Metrics {
+    /// A new registry with every family registered; `batch_sizes`, the store's group commits.
+    pub(crate) fn new(batch_sizes: Arc<BatchSizes>) -> Metrics {
         let mut registry = Registry::with_prefix("oncegate");
-        if let Some(sizes) = batch_sizes {
-            registry.register(
-                "store_batch_calls",
-                "Calls gathered into each group commit of the store (one transaction, one commit)",
-                BatchSizesMetric(sizes),
-            );
-        }
+        registry.register(
+            "store_batch_calls",
+            "Calls gathered into each group commit of the store (one transaction, one commit)",
+            BatchSizesMetric(batch_sizes),
+        );
         let deliveries = Family::<DeliveryLabels, Counter>::default();
         registry.register(
             "deliveries",
@@ -388,7 +385,7 @@ impl Metrics {
 
     /// Reads the shared gauges from the store. A store that does not answer leaves the last
     /// values in place and sets `oncegate_store_up` to 0.
-    pub(crate) async fn refresh(&self, store: &dyn Store, now: OffsetDateTime) {
+    pub(crate) async fn refresh(&self, store: &Store, now: OffsetDateTime) {
         if store.ping().await.is_err() {
             self.store_up.set(0);
             return;

@@ -84,10 +84,7 @@ impl Doubt {
 
 /// The effect a proof stands for: the one its queue item's resolution produced or linked, else
 /// the one it names.
-async fn proof_effect(
-    store: &dyn Store,
-    proof: &ProofRecord,
-) -> Result<Option<EffectId>, StoreError> {
+async fn proof_effect(store: &Store, proof: &ProofRecord) -> Result<Option<EffectId>, StoreError> {
     if let Some(item) = &proof.queue_item {
         if let Some(q) = store.queue_item(item).await? {
             if let Some(effect) = q.resolution.and_then(|r| r.effect) {
@@ -111,7 +108,7 @@ fn only_version(t: &EventType, name: &str, version: u32) -> Option<EventType> {
 /// past the proof retention there is nothing left to replay; a provider's new delivery of the
 /// same event is then decided as usual (its prior reads as purged).
 pub async fn replay(
-    store: &dyn Store,
+    store: &Store,
     contract: &Contract,
     salt: &[u8],
     original: &DeliveryId,

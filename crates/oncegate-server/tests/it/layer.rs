@@ -23,7 +23,7 @@ use crate::harness::{self, Backend, Kind, PAYFLOW_SECRET};
 struct Handler {
     runs: Arc<Mutex<Vec<Effect>>>,
     script: Arc<Mutex<VecDeque<StatusCode>>>,
-    elsewhere: Arc<Mutex<Option<Arc<dyn oncegate::store::Store>>>>,
+    elsewhere: Arc<Mutex<Option<Arc<oncegate::store::Store>>>>,
 }
 
 async fn apply_refund(

@@ -16,7 +16,7 @@ type Result<T> = std::result::Result<T, StoreError>;
 /// Where the executor's statements run: a pooled connection on its own, where each statement
 /// is atomic by itself (the hot path, which pays no BEGIN or COMMIT), or a transaction the
 /// store opened on one (every other call).
-pub(super) trait Session: GenericClient {
+pub(crate) trait Session: GenericClient {
     /// True inside a transaction the store opened and ends; false on a bare connection, where
     /// `exec_all` brackets its statements in a transaction of its own.
     const IN_TRANSACTION: bool;
@@ -37,7 +37,7 @@ impl Session for deadpool_postgres::Transaction<'_> {
 /// connection `exec_all` (not on the hot path) keeps its all-or-nothing meaning: BEGIN, the
 /// statements and COMMIT are queued on the connection at once, one round trip, and a caller
 /// that gives up half-way still leaves the connection outside any transaction.
-pub(super) struct Executor<'c, C> {
+pub(crate) struct Executor<'c, C> {
     client: &'c C,
 }
 

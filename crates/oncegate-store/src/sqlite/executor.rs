@@ -19,8 +19,17 @@ use crate::sql::{Cell, Dialect, Row, Statement, Tx, Value};
 type Result<T> = std::result::Result<T, StoreError>;
 
 /// A SQLite connection inside a transaction the store opened.
-pub(super) struct SqliteTx<'a> {
+pub(crate) struct SqliteTx<'a> {
     pub(super) conn: &'a mut Connection,
+}
+
+impl SqliteTx<'_> {
+    /// The same transaction, lent for a shorter while.
+    pub(super) fn reborrow(&mut self) -> SqliteTx<'_> {
+        SqliteTx {
+            conn: &mut *self.conn,
+        }
+    }
 }
 
 impl ToSql for Value {

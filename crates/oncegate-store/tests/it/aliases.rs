@@ -73,7 +73,7 @@ fn alias(effect: &oncegate_core::ids::EffectId, key: &str) -> NewAlias {
 }
 
 pub async fn an_aliased_key_finds_the_old_effect(b: &Backend) {
-    let store: Arc<dyn Store> = b.open().await;
+    let store: Arc<Store> = b.open().await;
     let first = store
         .journal(reception(t0(), Some(b"{\"v\":1}")))
         .await

@@ -24,11 +24,7 @@ fn t0() -> OffsetDateTime {
 const LEASE: Duration = Duration::seconds(30);
 
 /// A delivery decided `process`: its effect, token and delivery.
-async fn processed(
-    store: &Arc<dyn Store>,
-    name: &str,
-    critical: bool,
-) -> (EffectId, u64, DeliveryId) {
+async fn processed(store: &Arc<Store>, name: &str, critical: bool) -> (EffectId, u64, DeliveryId) {
     let id = store
         .journal(NewReception {
             tenant: "acme".to_owned(),

@@ -74,7 +74,7 @@ impl Backend {
         }
     }
 
-    pub async fn open(&self) -> Arc<dyn Store> {
+    pub async fn open(&self) -> Arc<Store> {
         oncegate_store::open(&self.url)
             .await
             .unwrap_or_else(|e| panic!("opening {}: {e}", self.url))

@@ -55,7 +55,7 @@ impl<'a> Shot<'a> {
 }
 
 /// Journals and decides one delivery of a critical type, with the real matrix.
-async fn deliver(store: &Arc<dyn Store>, s: Shot<'_>) -> (DeliveryId, DecideOutcome) {
+async fn deliver(store: &Arc<Store>, s: Shot<'_>) -> (DeliveryId, DecideOutcome) {
     let id = store
         .journal(NewReception {
             tenant: s.tenant.to_owned(),
@@ -133,7 +133,7 @@ fn by(who: &str, outcome: ResolutionOutcome, at: OffsetDateTime) -> Resolution {
 /// and a retry of it queued against the same unknown effect. Returns (verify, retry, effect,
 /// token, late).
 async fn unknown_with_two_items(
-    store: &Arc<dyn Store>,
+    store: &Arc<Store>,
     key: &str,
 ) -> (
     QueueItemId,
@@ -315,7 +315,7 @@ pub async fn a_retry_resolved_distinct_leaves_the_unknown_effect_alone(b: &Backe
 }
 
 /// Opens one `reconcile` item: a weak key matching a completed critical effect.
-async fn reconcile_item(store: &Arc<dyn Store>, mut shot: Shot<'_>, n: usize) -> QueueItemId {
+async fn reconcile_item(store: &Arc<Store>, mut shot: Shot<'_>, n: usize) -> QueueItemId {
     shot.body = format!("{}-{n}", shot.body);
     let (_, o) = deliver(store, shot.weak()).await;
     assert_eq!(o.decision.action, Action::Reconcile, "{:?}", o.decision);
@@ -323,7 +323,7 @@ async fn reconcile_item(store: &Arc<dyn Store>, mut shot: Shot<'_>, n: usize) ->
 }
 
 /// A completed critical effect under `key`, for weak retries to be reconciled against.
-async fn completed(store: &Arc<dyn Store>, shot: Shot<'_>) {
+async fn completed(store: &Arc<Store>, shot: Shot<'_>) {
     let (_, o) = deliver(store, shot.weak()).await;
     let r = o.reservation.expect("processed");
     store
@@ -497,7 +497,7 @@ pub async fn paging_backwards_shows_the_same_pages_in_reverse(b: &Backend) {
     );
 }
 
-async fn store_item(store: &Arc<dyn Store>, id: &QueueItemId) -> oncegate_store::QueueItem {
+async fn store_item(store: &Arc<Store>, id: &QueueItemId) -> oncegate_store::QueueItem {
     store
         .queue_item(id)
         .await

@@ -61,7 +61,7 @@ fn key(value: &str, confidence: Confidence) -> EffectKey {
 
 /// Journals and decides one delivery about `resource`.
 async fn deliver(
-    store: &Arc<dyn Store>,
+    store: &Arc<Store>,
     body: &str,
     at: OffsetDateTime,
     resource: &str,

@@ -29,7 +29,7 @@ fn capture_scope() -> OperationScope {
 }
 
 async fn deliver(
-    store: &dyn Store,
+    store: &Store,
     event_type: &str,
     key: &str,
     amount: &str,
@@ -83,17 +83,17 @@ async fn deliver(
 pub async fn an_operation_key_is_one_effect_across_types(b: &Backend) {
     let store = b.open().await;
     let op = || KeyScope::Operation("capture".to_owned());
-    let (first, a) = deliver(&*store, TYPES[0], "p1", "5", op(), t0()).await;
+    let (first, a) = deliver(&store, TYPES[0], "p1", "5", op(), t0()).await;
     assert_eq!(a.decision.action, Action::Process);
-    let (_, b2) = deliver(&*store, TYPES[1], "p1", "5", op(), t0()).await;
+    let (_, b2) = deliver(&store, TYPES[1], "p1", "5", op(), t0()).await;
     assert_eq!(b2.decision.action, Action::Ignore);
     assert_eq!(b2.effect, a.effect);
     assert_eq!(b2.reference_delivery, Some(first));
-    let (_, c) = deliver(&*store, TYPES[1], "p1", "7", op(), t0()).await;
+    let (_, c) = deliver(&store, TYPES[1], "p1", "7", op(), t0()).await;
     assert_eq!(c.decision.action, Action::Quarantine);
     assert_eq!(c.effect, a.effect);
     // A type-scoped key of the same value stays apart: the scopes differ.
-    let (_, d) = deliver(&*store, TYPES[1], "p1", "5", KeyScope::EventType, t0()).await;
+    let (_, d) = deliver(&store, TYPES[1], "p1", "5", KeyScope::EventType, t0()).await;
     assert_eq!(d.decision.action, Action::Process);
     assert_ne!(d.effect, a.effect);
 }
@@ -102,9 +102,9 @@ pub async fn keys_written_under_the_event_type_move_to_the_operation(b: &Backend
     let store = b.open().await;
     // What the store wrote before keys were scoped by the operation: each type hashed in.
     let legacy = || KeyScope::EventType;
-    let (first, a) = deliver(&*store, TYPES[0], "p1", "5", legacy(), t0()).await;
+    let (first, a) = deliver(&store, TYPES[0], "p1", "5", legacy(), t0()).await;
     let (_, twice) = deliver(
-        &*store,
+        &store,
         TYPES[1],
         "p1",
         "5",
@@ -117,11 +117,11 @@ pub async fn keys_written_under_the_event_type_move_to_the_operation(b: &Backend
         Action::Process,
         "the old scoping reserved the effect once per type"
     );
-    let (_, c) = deliver(&*store, TYPES[0], "p2", "5", legacy(), t0()).await;
-    let (_, q) = deliver(&*store, TYPES[0], "p2", "6", legacy(), t0()).await;
+    let (_, c) = deliver(&store, TYPES[0], "p2", "5", legacy(), t0()).await;
+    let (_, q) = deliver(&store, TYPES[0], "p2", "6", legacy(), t0()).await;
     assert_eq!(q.decision.action, Action::Quarantine);
     // A type outside the operation is left alone.
-    let (_, other_type) = deliver(&*store, "refund.created", "p1", "5", legacy(), t0()).await;
+    let (_, other_type) = deliver(&store, "refund.created", "p1", "5", legacy(), t0()).await;
     assert_eq!(other_type.decision.action, Action::Process);
 
     let moved = store.rescope(&[capture_scope()]).await.expect("rescope");
@@ -143,11 +143,11 @@ pub async fn keys_written_under_the_event_type_move_to_the_operation(b: &Backend
     // Now both types find the first effect of each key.
     let op = || KeyScope::Operation("capture".to_owned());
     let later = t0() + Duration::seconds(10);
-    let (_, r1) = deliver(&*store, TYPES[1], "p1", "5", op(), later).await;
+    let (_, r1) = deliver(&store, TYPES[1], "p1", "5", op(), later).await;
     assert_eq!(r1.decision.action, Action::Ignore);
     assert_eq!(r1.effect, a.effect);
     assert_eq!(r1.reference_delivery, Some(first));
-    let (_, r2) = deliver(&*store, TYPES[1], "p2", "5", op(), later).await;
+    let (_, r2) = deliver(&store, TYPES[1], "p2", "5", op(), later).await;
     assert_eq!(r2.decision.action, Action::Ignore);
     assert_eq!(r2.effect, c.effect);
     // The doubled effect and the quarantine are still there, nothing deleted.
@@ -159,7 +159,7 @@ pub async fn keys_written_under_the_event_type_move_to_the_operation(b: &Backend
     let queue = store.queue_list(&QueueFilter::default()).await.unwrap();
     assert!(queue.iter().any(|i| Some(&i.id) == q.queue_item.as_ref()));
     // The refund of the same value was never part of the operation.
-    let (_, r3) = deliver(&*store, "refund.created", "p1", "5", legacy(), later).await;
+    let (_, r3) = deliver(&store, "refund.created", "p1", "5", legacy(), later).await;
     assert_eq!(r3.decision.action, Action::Ignore);
     assert_eq!(r3.effect, other_type.effect);
 }

@@ -324,7 +324,7 @@ fn request(delivery: &oncegate_core::ids::DeliveryId, at: OffsetDateTime) -> Dec
 }
 
 pub async fn a_transport_ignore_points_at_the_effects_first_delivery(b: &Backend) {
-    let store: Arc<dyn Store> = b.open().await;
+    let store: Arc<Store> = b.open().await;
     // Two packets with the same delivery id are journaled; the later one is decided first and
     // makes the effect, then the earlier one is ignored as its retry.
     let early = store.journal(reception("acme", t0())).await.unwrap();
@@ -368,7 +368,7 @@ pub async fn a_transport_ignore_points_at_the_effects_first_delivery(b: &Backend
 }
 
 pub async fn report_rows_are_per_tenant(b: &Backend) {
-    let store: Arc<dyn Store> = b.open().await;
+    let store: Arc<Store> = b.open().await;
     for (i, tenant) in ["acme", "beta", "beta"].into_iter().enumerate() {
         let at = t0() + Duration::seconds(i as i64);
         let mut r = reception(tenant, at);

@@ -146,7 +146,7 @@ fn request(delivery: &DeliveryId, key: Option<EffectKey>, now: OffsetDateTime) -
 
 /// Journals a delivery and decides it at its reception time.
 async fn deliver(
-    store: &Arc<dyn Store>,
+    store: &Arc<Store>,
     d: Delivery<'_>,
     key: Option<EffectKey>,
     matrix: &dyn oncegate_store::Matrix,
@@ -515,11 +515,7 @@ pub async fn an_expired_lease_reads_as_unknown_and_is_never_rerun_blindly(b: &Ba
 
 /// A critical weak key matching a completed effect goes to reconciliation; resolving those
 /// items as distinct makes released, claimable work.
-async fn released_work(
-    store: &Arc<dyn Store>,
-    count: usize,
-    tenant: &'static str,
-) -> Vec<EffectId> {
+async fn released_work(store: &Arc<Store>, count: usize, tenant: &'static str) -> Vec<EffectId> {
     let weak = || key("weak-fingerprint", Confidence::Weak, Horizon::Durable, &[]);
     let m = matrix_for(Criticality::Critical, Confidence::Weak);
     let mut d = Delivery::new("first", t0());

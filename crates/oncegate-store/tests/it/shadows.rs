@@ -15,7 +15,7 @@ fn t0() -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap()
 }
 
-async fn delivery(store: &Arc<dyn Store>, at: OffsetDateTime) -> DeliveryId {
+async fn delivery(store: &Arc<Store>, at: OffsetDateTime) -> DeliveryId {
     store
         .journal(NewReception {
             tenant: "acme".to_owned(),
@@ -52,7 +52,7 @@ fn observation(d: &DeliveryId, amount: &str, at: OffsetDateTime) -> ShadowObserv
 }
 
 pub async fn a_shadow_key_remembers_its_first_delivery_until_it_expires(b: &Backend) {
-    let store: Arc<dyn Store> = b.open().await;
+    let store: Arc<Store> = b.open().await;
     let first = delivery(&store, t0()).await;
     assert_eq!(
         store

@@ -82,7 +82,7 @@ impl ForwardMetrics {
     }
 
     /// Reads the backlog from the store (at each scrape).
-    pub(crate) async fn refresh(&self, store: &dyn oncegate_store::Store) {
+    pub(crate) async fn refresh(&self, store: &oncegate_store::Store) {
         if let Ok(c) = store
             .forward_counts(&oncegate_store::TenantFilter::All)
             .await

@@ -145,7 +145,7 @@ pub struct RunReport {
 /// Everything one run needs.
 struct Run<'a> {
     contract: &'a Contract,
-    store: &'a dyn Store,
+    store: &'a Store,
     salt: &'a [u8],
     now: OffsetDateTime,
     client: &'a AuthorityClient,

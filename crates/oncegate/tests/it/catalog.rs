@@ -452,7 +452,7 @@ struct Run {
     contract: Arc<Contract>,
 }
 
-async fn run(store: &Arc<dyn oncegate_store::Store>, provider: &str) -> Run {
+async fn run(store: &Arc<oncegate_store::Store>, provider: &str) -> Run {
     let contract = Arc::new(catalog(contract_file(provider)));
     let gate = Gate::new(GateConfig::new(
         contract.clone(),
@@ -501,7 +501,7 @@ fn action(o: &Outcome) -> Action {
 }
 
 /// Runs one payload through every check; returns what was checked, for the summary.
-async fn check(store: &Arc<dyn oncegate_store::Store>, c: &Case) {
+async fn check(store: &Arc<oncegate_store::Store>, c: &Case) {
     let run = run(store, c.provider).await;
     let bytes = std::fs::read(path_of(c)).unwrap();
     let what = format!("{}/{}", c.provider, c.file);

@@ -1,0 +1,57 @@
+//! The store's calls on deliveries: one read back with its payload, its proof, the listing,
+//! the report, and retention.
+
+use oncegate_core::ids::DeliveryId;
+use time::OffsetDateTime;
+
+use super::{Result, Store};
+use crate::decision::{self, ProofRecord};
+use crate::delivery::{self, DeliveryFilter, DeliveryRecord, DeliverySummary, TenantFilter};
+use crate::report::{self, Report};
+use crate::retention::{self, PurgeCounts, PurgePolicy};
+
+impl Store {
+    /// One journaled delivery with its payload (while the payload retention keeps it);
+    /// `None` when no delivery has this id, or the proof retention purged it.
+    pub async fn delivery(&self, id: &DeliveryId) -> Result<Option<DeliveryRecord>> {
+        self.read(id.clone(), |tx, id| Box::pin(delivery::read(tx, id)))
+            .await
+    }
+
+    /// The proof of a delivery's decision (rejections have one too); `None` while it is not
+    /// decided, or once the proof retention purged it.
+    pub async fn proof(&self, id: &DeliveryId) -> Result<Option<ProofRecord>> {
+        self.read(id.clone(), |tx, id| Box::pin(decision::proof(tx, id)))
+            .await
+    }
+
+    /// Deliveries matching the filter, newest first, without their bodies.
+    pub async fn deliveries(&self, filter: &DeliveryFilter) -> Result<Vec<DeliverySummary>> {
+        self.read(filter.clone(), |tx, filter| {
+            Box::pin(delivery::list(tx, filter))
+        })
+        .await
+    }
+
+    /// Aggregates deliveries received at or after `since`, and what became of them.
+    pub async fn report(&self, tenants: &TenantFilter, since: OffsetDateTime) -> Result<Report> {
+        self.read(tenants.clone(), move |tx, tenants| {
+            Box::pin(report::build(tx, tenants, since))
+        })
+        .await
+    }
+
+    /// Applies the retention rules; with `dry_run` only counts what would go (the same work,
+    /// rolled back, so its counts are exact).
+    pub async fn purge(
+        &self,
+        policy: &PurgePolicy,
+        now: OffsetDateTime,
+        dry_run: bool,
+    ) -> Result<PurgeCounts> {
+        self.write(!dry_run, *policy, move |tx, policy| {
+            Box::pin(retention::purge(tx, policy, now))
+        })
+        .await
+    }
+}
