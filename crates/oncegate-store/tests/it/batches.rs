@@ -20,7 +20,7 @@ fn t0() -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap()
 }
 
-fn reception(n: usize) -> NewReception {
+pub(crate) fn reception(n: usize) -> NewReception {
     NewReception {
         tenant: "acme".to_owned(),
         provider: "stripe".to_owned(),
@@ -41,7 +41,7 @@ fn reception(n: usize) -> NewReception {
 
 /// A request for delivery `n` under `key`; its `delivery` is filled in by the store when it
 /// journals and decides in one call.
-fn request(n: usize, key: &str, details: &str) -> DecideRequest {
+pub(crate) fn request(n: usize, key: &str, details: &str) -> DecideRequest {
     DecideRequest {
         delivery: DeliveryId::from_u128(0),
         event_type: Some("refund.created".to_owned()),
@@ -69,7 +69,7 @@ fn request(n: usize, key: &str, details: &str) -> DecideRequest {
 
 /// Delivery `n` journaled and decided: in one call for even `n`, in two for odd `n` (so both
 /// paths share batches). The error is the decision's, once the delivery was journaled.
-async fn receive(
+pub(crate) async fn receive(
     store: &Arc<Store>,
     n: usize,
     key: &str,

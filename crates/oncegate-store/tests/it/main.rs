@@ -15,6 +15,7 @@ mod queue;
 mod reconciliation;
 mod rescope;
 mod safety;
+mod scale;
 mod scenarios;
 mod shadows;
 
