@@ -15,16 +15,20 @@
 //! CPU time a decision costs each side's server and its PostgreSQL backends, and on SQLite the
 //! bytes it writes to disk (`cpu`).
 //! Then the scale mode: the p99 of new decisions with 10k and with 1M stored effects (seeded
-//! with bulk SQL), and `oncegate serve`'s RSS before and after.
+//! with bulk SQL, two deliveries each over 30 days: `load/seed.rs`), `oncegate serve`'s RSS
+//! before and after, and how long the console's pages and the report take to answer.
 //!
 //! Run: `cargo bench -p oncegate-cli --bench load` (PostgreSQL at 127.0.0.1:5432 or
 //! `ONCEGATE_TEST_PG`). `ONCEGATE_LOAD_SECS` is the seconds of each slice (5), `ONCEGATE_LOAD_ROUNDS`
 //! the slices per side (3), `ONCEGATE_LOAD_CONNECTIONS` the connections (32),
 //! `ONCEGATE_LOAD_BACKENDS` `sqlite`, `postgres` or both, `ONCEGATE_LOAD_SCALE` the largest
-//! seeded count (1000000; 0 skips the scale mode).
+//! seeded count (1000000; 0 skips the scale mode), `ONCEGATE_LOAD_ROUNDS=0` runs the scale mode
+//! alone.
 
 #[path = "load/cpu.rs"]
 mod cpu;
+#[path = "load/seed.rs"]
+mod seed;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -346,7 +350,7 @@ async fn pg_database(admin: &tokio_postgres::Client, base: &str, tag: &str) -> S
 
 async fn bench() {
     let secs = env_u64("ONCEGATE_LOAD_SECS", 5) as f64;
-    let rounds = env_u64("ONCEGATE_LOAD_ROUNDS", 3).max(1);
+    let rounds = env_u64("ONCEGATE_LOAD_ROUNDS", 3);
     let connections = env_u64("ONCEGATE_LOAD_CONNECTIONS", 32).max(1);
     let scale = env_u64("ONCEGATE_LOAD_SCALE", 1_000_000);
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -366,23 +370,26 @@ async fn bench() {
             None
         }
     };
-    println!(
-        "load: {connections} connections over HTTP, {rounds} alternating slices of {secs} s per side; \
-         mix 70 % new captures, 25 % re-encoded retries, 5 % collisions; each process completed"
-    );
-    println!(
-        "{:<9} {:>14} {:>9} {:>9} {:>14} {:>9} {:>9} {:>7}",
-        "store", "oncegate /s", "p50 ms", "p99 ms", "hand-made /s", "p50 ms", "p99 ms", "ratio"
-    );
+    if rounds > 0 {
+        println!(
+            "load: {connections} connections over HTTP, {rounds} alternating slices of {secs} s per side; \
+             mix 70 % new captures, 25 % re-encoded retries, 5 % collisions; each process completed"
+        );
+        println!(
+            "{:<9} {:>14} {:>9} {:>9} {:>14} {:>9} {:>9} {:>7}",
+            "store", "oncegate /s", "p50 ms", "p99 ms", "hand-made /s", "p50 ms", "p99 ms", "ratio"
+        );
+    }
     let mut stores: Vec<(&str, String, String)> = Vec::new();
-    if wanted("sqlite") {
+    // No slices: the scale mode alone.
+    if rounds > 0 && wanted("sqlite") {
         stores.push((
             "sqlite",
             format!("sqlite://{}", dir.path().join("oncegate.db").display()),
             format!("sqlite://{}", dir.path().join("handmade.db").display()),
         ));
     }
-    if let (true, Some(admin)) = (wanted("postgres"), &admin) {
+    if let (true, Some(admin)) = (rounds > 0 && wanted("postgres"), &admin) {
         stores.push((
             "postgres",
             pg_database(admin, &pg_base, "ours").await,
@@ -576,7 +583,8 @@ impl BatchSizes {
     }
 }
 
-/// The p99 of new decisions with 10k and with `scale` stored effects, and `serve`'s RSS.
+/// The p99 of new decisions with 10k and with `scale` stored effects (and twice as many
+/// deliveries), `serve`'s RSS, and how long the console's pages and the report take to answer.
 async fn scale_mode(
     connections: u64,
     secs: f64,
@@ -585,9 +593,9 @@ async fn scale_mode(
     admin: Option<&tokio_postgres::Client>,
     pg_base: &str,
 ) {
-    println!("\nscale: p99 of new decisions ({connections} connections, {secs} s, 100 % new captures) and oncegate serve's RSS");
+    println!("\nscale: p99 of new decisions ({connections} connections, {secs} s, 100 % new captures), oncegate serve's RSS, and the median of 5 answers of each read ({} days of deliveries, 2 per effect)", seed::DAYS);
     println!(
-        "{:<9} {:>12} {:>9} {:>9} {:>12} {:>12}",
+        "{:<9} {:>12} {:>9} {:>9} {:>12} {:>12}   reads (ms)",
         "store", "effects", "p50 ms", "p99 ms", "RSS before", "RSS after"
     );
     for backend in ["sqlite", "postgres"] {
@@ -604,76 +612,80 @@ async fn scale_mode(
             };
             // The schema first (the service creates it), then the rows, then the service again.
             drop(oncegate(&url).await);
-            seed::effects(&url, count).await;
+            let seeding = Instant::now();
+            seed::history(&url, count).await;
+            let seeded = seeding.elapsed();
             let server = oncegate(&url).await;
             drive(&server.base, connections, 1.0, 0, true).await;
             let before = rss_mib(server.child.id());
             let mut t = drive(&server.base, connections, secs, 900_000_000, true).await;
             let after = rss_mib(server.child.id());
             t.latencies_us.sort_unstable();
+            let reads = reads(&server.base).await;
             println!(
-                "{backend:<9} {count:>12} {:>9.2} {:>9.2} {before:>9.1} MiB {after:>8.1} MiB",
+                "{backend:<9} {count:>12} {:>9.2} {:>9.2} {before:>9.1} MiB {after:>8.1} MiB   {reads}  (seeded in {:.0} s)",
                 percentile(&t.latencies_us, 0.5),
-                percentile(&t.latencies_us, 0.99)
+                percentile(&t.latencies_us, 0.99),
+                seeded.as_secs_f64()
             );
         }
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Seeding stored effects with bulk SQL
-
-mod seed {
-    /// `count` completed effects, each with its index entry, first delivery, link and proof,
-    /// written by a few set-based statements (not through the service).
-    pub async fn effects(url: &str, count: u64) {
-        let rows = "effects (id, tenant, provider, env, event_type, strategy_name, strategy_version, \
-             strategy_level, key_value, scope_hash, durable, state, fencing_token, lease_until, discriminants, result, \
-             first_delivery, created_at, updated_at, resource, critical)";
-        if let Some(path) = url.strip_prefix("sqlite://") {
-            let conn = rusqlite::Connection::open(path).expect("open the seeded file");
-            conn.execute_batch(&format!(
-                "BEGIN;
-                 CREATE TEMP TABLE n AS WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < {count}) SELECT i FROM s;
-                 INSERT INTO {rows} SELECT printf('eff_%026d', i), 'acme', 'payflow', 'live', 'payment.captured', 'capture-id', 1,
-                   'business_ref', printf('seed-%d', i), printf('%064d', i), 1, 'completed', 1, 0, '{{}}', '{{}}',
-                   printf('dlv_%026d', i), 0, 0, printf('pay_seed%d', i), 1 FROM n;
-                 INSERT INTO effect_index (scope_hash, effect_id, expires_at) SELECT printf('%064d', i), printf('eff_%026d', i), NULL FROM n;
-                 INSERT INTO deliveries (id, tenant, provider, env, event_type, received_at, size, body_sha256, headers_json, transport_key, transport_strength)
-                   SELECT printf('dlv_%026d', i), 'acme', 'payflow', 'live', 'payment.captured', 0, 10, printf('%064d', i), '{{}}', printf('%064d', i), 'weak' FROM n;
-                 INSERT INTO proofs (delivery_id, tenant, provider, env, event_type, decided_at, prior, transport, action, reason, flags, rule,
-                   matrix_version, effect_id, differences, details, link_kind)
-                   SELECT printf('dlv_%026d', i), 'acme', 'payflow', 'live', 'payment.captured', 0, 'none', 'none', 'process', 'seeded', '[]', 'seed',
-                   1, printf('eff_%026d', i), '[]', '{{}}', 'reserved' FROM n;
-                 COMMIT;"
-            ))
-            .expect("seed SQLite");
-        } else {
-            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+/// The median time of 5 answers of each page an operator reads first: the console's deliveries,
+/// queue and report pages (signed in as the console's users are) and the report's API.
+async fn reads(base: &str) -> String {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("a client");
+    let signed = client
+        .post(format!("{base}/console/signin"))
+        .form(&[("token", OPERATOR_TOKEN)])
+        .send()
+        .await
+        .expect("sign in to the console");
+    let cookie = signed
+        .headers()
+        .get_all(reqwest::header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok()?.split(';').next().map(str::to_owned))
+        .collect::<Vec<_>>()
+        .join("; ");
+    assert!(
+        !cookie.is_empty(),
+        "the console answered its sign-in with a session"
+    );
+    let since = (time::OffsetDateTime::now_utc() - time::Duration::days(1))
+        .format(&time::format_description::well_known::Rfc3339)
+        .expect("a date");
+    let pages = [
+        ("deliveries", "/console/deliveries".to_owned()),
+        ("queue", "/console/queue".to_owned()),
+        ("report", "/console/report".to_owned()),
+        ("api report 1 day", format!("/v1/report?since={since}")),
+    ];
+    let mut out = Vec::new();
+    for (name, path) in pages {
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let start = Instant::now();
+            let answer = client
+                .get(format!("{base}{path}"))
+                .header(reqwest::header::COOKIE, &cookie)
+                .bearer_auth(OPERATOR_TOKEN)
+                .send()
                 .await
-                .expect("connect to seed");
-            tokio::spawn(connection);
-            client
-                .batch_execute(&format!(
-                    "BEGIN;
-                     INSERT INTO {rows} SELECT 'eff_' || lpad(i::text, 26, '0'), 'acme', 'payflow', 'live', 'payment.captured', 'capture-id', 1,
-                       'business_ref', 'seed-' || i, lpad(i::text, 64, '0'), true, 'completed', 1, 0, '{{}}', '{{}}',
-                       'dlv_' || lpad(i::text, 26, '0'), 0, 0, 'pay_seed' || i, true FROM generate_series(1, {count}) i;
-                     INSERT INTO effect_index (scope_hash, effect_id, expires_at) SELECT lpad(i::text, 64, '0'), 'eff_' || lpad(i::text, 26, '0'), NULL
-                       FROM generate_series(1, {count}) i;
-                     INSERT INTO deliveries (id, tenant, provider, env, event_type, received_at, size, body_sha256, headers_json, transport_key, transport_strength)
-                       SELECT 'dlv_' || lpad(i::text, 26, '0'), 'acme', 'payflow', 'live', 'payment.captured', 0, 10, lpad(i::text, 64, '0'), '{{}}',
-                       lpad(i::text, 64, '0'), 'weak' FROM generate_series(1, {count}) i;
-                     INSERT INTO proofs (delivery_id, tenant, provider, env, event_type, decided_at, prior, transport, action, reason, flags, rule,
-                       matrix_version, effect_id, differences, details, link_kind)
-                       SELECT 'dlv_' || lpad(i::text, 26, '0'), 'acme', 'payflow', 'live', 'payment.captured', 0, 'none', 'none', 'process', 'seeded',
-                       '[]', 'seed', 1, 'eff_' || lpad(i::text, 26, '0'), '[]', '{{}}', 'reserved' FROM generate_series(1, {count}) i;
-                     COMMIT; ANALYZE;"
-                ))
-                .await
-                .expect("seed PostgreSQL");
+                .expect("a read");
+            let status = answer.status();
+            let _ = answer.bytes().await;
+            assert!(status.is_success(), "{path} answered {status}");
+            times.push(start.elapsed().as_micros() as u64);
         }
+        times.sort_unstable();
+        out.push(format!("{name} {:.0}", times[2] as f64 / 1000.0));
     }
+    out.join(", ")
 }
 
 // ---------------------------------------------------------------------------------------------
