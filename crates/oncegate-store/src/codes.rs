@@ -42,10 +42,22 @@ pub(crate) fn new_id(now: OffsetDateTime) -> u128 {
 /// A condition on `received_at` stays beside it wherever it is used, so a row whose id did
 /// not follow its time could only be left out of a range, never put in a wrong one.
 pub(crate) fn delivery_id_floor(at: OffsetDateTime) -> String {
-    let millis = ms(at).clamp(0, (1_i64 << 48) - 1) as u128;
-    oncegate_core::ids::DeliveryId::from_u128(millis << 80)
+    oncegate_core::ids::DeliveryId::from_u128(id_floor(at))
         .as_str()
         .to_owned()
+}
+
+/// The same for effects: an effect's id is a ULID of its creation time (`created_at`), so the
+/// effects created at or after `at` are those whose id is at least this one.
+pub(crate) fn effect_id_floor(at: OffsetDateTime) -> String {
+    oncegate_core::ids::EffectId::from_u128(id_floor(at))
+        .as_str()
+        .to_owned()
+}
+
+/// The smallest ULID of the millisecond `at` (clamped to the ULID's 48 bits of time).
+fn id_floor(at: OffsetDateTime) -> u128 {
+    (ms(at).clamp(0, (1_i64 << 48) - 1) as u128) << 80
 }
 
 /// The unique-index key of an effect key: a digest over its whole scope, so the same key value
@@ -218,6 +230,20 @@ mod tests {
             scope_hash("t", "p", "e", None, "s", 1, "k"),
             scope_hash("t", "p", "e", None, "s", 2, "k")
         );
+    }
+
+    /// An effect made at `t` (its id a ULID of `t`, as the decision writes it) sorts at or
+    /// after `t`'s floor and before the next millisecond's.
+    #[test]
+    fn effect_id_floor_bounds_the_ids_of_its_millisecond() {
+        let t = OffsetDateTime::from_unix_timestamp_nanos(1_764_700_000_123_000_000).unwrap();
+        let next = t + time::Duration::milliseconds(1);
+        for _ in 0..1000 {
+            let id = oncegate_core::ids::EffectId::from_u128(new_id(t));
+            assert!(id.as_str() >= effect_id_floor(t).as_str(), "{id}");
+            assert!(id.as_str() < effect_id_floor(next).as_str(), "{id}");
+        }
+        assert!(effect_id_floor(t).starts_with("eff_"));
     }
 
     /// Every id of a reception at `t` sorts at or after `t`'s floor and before the next

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use time::OffsetDateTime;
 
-use crate::codes::{delivery_id_floor, ms};
+use crate::codes::{delivery_id_floor, effect_id_floor, ms};
 use crate::delivery::TenantFilter;
 use crate::error::StoreError;
 use crate::sql::{int, text, Query, Row, Tx};
@@ -198,6 +198,9 @@ pub(crate) async fn build<T: Tx + Send>(
          COUNT(CASE WHEN e.state = 'unknown' THEN 1 END) \
          FROM effects e WHERE 1 = 1",
     );
+    // The period as a range of effect ids, on the primary key, as for the deliveries.
+    let floor = q.bind(text(effect_id_floor(since)));
+    q.push(&format!(" AND e.id >= {floor}"));
     grouped(&mut q, "e", "created_at", tenants, since);
     for r in tx.query(&q.sql, &q.params).await? {
         let c = groups.entry(group(&r)?).or_default();

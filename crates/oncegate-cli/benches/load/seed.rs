@@ -38,7 +38,7 @@ pub async fn history(url: &str, count: u64) {
         Some(_) => (
             "printf('%016d', j)",
             "printf('%016d', 2 * i - 1)",
-            "printf('eff_%026d', i)",
+            "'eff_' || {time_first} || printf('%016d', 2 * i - 1)",
             "ni",
             "nj",
             "printf('%064d', i)",
@@ -47,7 +47,7 @@ pub async fn history(url: &str, count: u64) {
         None => (
             "lpad(j::text, 16, '0')",
             "lpad((2 * i - 1)::text, 16, '0')",
-            "'eff_' || lpad(i::text, 26, '0')",
+            "'eff_' || {time_first} || lpad((2 * i - 1)::text, 16, '0')",
             "generate_series(1, {count}) AS g(i)",
             "generate_series(1, {deliveries}) AS g(j)",
             "lpad(i::text, 64, '0')",
@@ -58,11 +58,18 @@ pub async fn history(url: &str, count: u64) {
     let range_j = range_j.replace("{deliveries}", &deliveries.to_string());
     let t = if pg { "true" } else { "1" };
     let first = delivery_id("2 * i - 1", pad_first);
-    let effect_of_j = if pg {
-        "'eff_' || lpad(((j + 1) / 2)::text, 26, '0')"
-    } else {
-        "printf('eff_%026d', (j + 1) / 2)"
-    };
+    // An effect's id is a ULID of its creation, when its first delivery was received.
+    let eff = eff.replace("{time_first}", &time_part(&ms("2 * i - 1")));
+    let first_of_j = "2 * ((j + 1) / 2) - 1";
+    let effect_of_j = format!(
+        "'eff_' || {} || {}",
+        time_part(&ms(first_of_j)),
+        if pg {
+            format!("lpad(({first_of_j})::text, 16, '0')")
+        } else {
+            format!("printf('%016d', {first_of_j})")
+        }
+    );
     let statements = [
         format!(
             "INSERT INTO effects (id, tenant, provider, env, event_type, strategy_name, strategy_version, \
