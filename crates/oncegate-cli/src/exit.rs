@@ -78,7 +78,22 @@ pub const OWN: &[(&str, &[&str])] = &[
     ("report", &["0    the report was printed, whatever its unexplained gap (read `unexplained_gap`)"]),
     ("migrate", &["0    the live effects were aliased to the new contract's keys (none needing it too)"]),
     ("replay", &["0    the replay was journaled and decided, whatever the decision it printed"]),
-    ("purge", &["0    the purge ran (or, with --dry-run, was counted)"]),
+    (
+        "purge",
+        &["0    the purge ran (or, with --dry-run, was counted; with --archive, after its archive verified)"],
+    ),
+    ("archive", &["0    the subcommand succeeded; each one's --help lists its statuses"]),
+    (
+        "archive export",
+        &["0    the archive was written, its manifest last (a directory in use or a cut in the future: status 2)"],
+    ),
+    (
+        "archive verify",
+        &[
+            "0    every file, count and row matches the manifest",
+            "1    the archive does not verify: the first fault is named on stderr",
+        ],
+    ),
     (
         "reconcile",
         &["0    the pass ran; items left open and sweep errors are in the output, not the status"],

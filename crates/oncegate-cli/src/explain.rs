@@ -22,6 +22,15 @@ async fn read(gate: &Gate, raw: &str) -> Result<(DeliveryId, DeliveryProof)> {
     Ok((id, proof))
 }
 
+/// Delivery `raw` read back from the archive at `dir` (see [`oncegate::ArchivedDelivery`]).
+pub async fn archived(dir: &std::path::Path, raw: &str) -> Result<oncegate::ArchivedDelivery> {
+    let id: DeliveryId = raw.parse().map_err(|e| anyhow!("{e}"))?;
+    oncegate::ArchivedDelivery::open(dir, &id)
+        .await
+        .map_err(|e| anyhow!("archive {}: {e}", dir.display()))?
+        .ok_or_else(|| anyhow!("no delivery {id} in the archive {}", dir.display()))
+}
+
 /// Renders the proof of `id` read through the gate.
 pub async fn render(gate: &Gate, id: &str) -> Result<String> {
     let (id, read) = read(gate, id).await?;

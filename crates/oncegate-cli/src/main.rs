@@ -12,6 +12,7 @@ mod output;
 
 mod exit;
 
+mod archive;
 mod breaker;
 mod canon;
 mod check;
@@ -103,6 +104,15 @@ enum Command {
         /// Run no background purge (another instance or a cron `oncegate purge` does it).
         #[arg(long)]
         no_purge: bool,
+        /// Archive what each background purge removes into a new directory below this one
+        /// (`before-<cut>`), verified before anything is removed (as `purge --archive`).
+        #[arg(
+            long,
+            value_name = "DIR",
+            env = "ONCEGATE_PURGE_ARCHIVE",
+            conflicts_with = "no_purge"
+        )]
+        purge_archive: Option<PathBuf>,
         /// How far back a strategy's key matches count for its collision breaker.
         #[arg(long, value_parser = duration, default_value = "24h")]
         breaker_window: Duration,
@@ -131,6 +141,11 @@ enum Command {
     Forward {
         #[command(subcommand)]
         command: forward::ForwardCommand,
+    },
+    /// Archives of deliveries and their proofs: `archive export|verify`.
+    Archive {
+        #[command(subcommand)]
+        command: archive::ArchiveCommand,
     },
     /// Apply the contract's retention now (index past horizon, payloads, proofs; durable identities kept).
     Purge(purge::PurgeArgs),
@@ -198,6 +213,10 @@ enum Command {
         /// Print the proof as one JSON line, with the field names of `GET /v1/deliveries/{id}`.
         #[arg(long)]
         json: bool,
+        /// Read the proof from this archive (`oncegate archive export`) instead of the store,
+        /// after checking its files against the manifest.
+        #[arg(long, value_name = "DIR", conflicts_with = "store")]
+        archive: Option<PathBuf>,
     },
     /// After a cut-over to new strategy versions: alias live effects to the keys the new
     /// contract makes for them, so retries of old events are still recognized.
@@ -279,6 +298,7 @@ fn main() -> ExitCode {
             log_json,
             purge_every,
             no_purge,
+            purge_archive,
             breaker_window,
             reconcile_every,
             max_body_bytes,
@@ -301,6 +321,7 @@ fn main() -> ExitCode {
                         ca_file: ca_file.as_deref(),
                         metrics_public,
                         purge_every: (!no_purge).then_some(purge_every),
+                        purge_archive: purge_archive.as_deref(),
                         breaker_window,
                         reconcile_every,
                         max_body_bytes,
@@ -322,6 +343,7 @@ fn main() -> ExitCode {
         Command::Breaker { command } => breaker::main(command).map(|()| Status::Success),
         Command::Forward { command } => forward::main(command).map(|()| Status::Success),
         Command::Purge(args) => purge::main(args).map(|()| Status::Success),
+        Command::Archive { command } => archive::main(command),
         Command::Replay(args) => replay::main(args).map(|()| Status::Success),
         Command::Reconcile(args) => reconcile::main(args).map(|()| Status::Success),
         Command::Demo => runtime()
@@ -331,10 +353,18 @@ fn main() -> ExitCode {
             delivery_id,
             store,
             json,
+            archive,
         } => runtime()
             .and_then(|rt| {
                 rt.block_on(async {
-                    let gate = store.gate(None, Vec::new()).await?;
+                    let archived = match &archive {
+                        Some(dir) => Some(explain::archived(dir, &delivery_id).await?),
+                        None => None,
+                    };
+                    let gate = match &archived {
+                        Some(a) => a.gate().clone(),
+                        None => store.gate(None, Vec::new()).await?,
+                    };
                     if json {
                         crate::json::print(&explain::doc(&gate, &delivery_id).await?)?;
                     } else {

@@ -1,12 +1,15 @@
-//! `oncegate purge [--dry-run]`: applies the contract's retention to the store now, through the
-//! store's one purge path, and prints what was (or, dry, would be) removed. Durable effect
-//! identities are never purged; the count of those kept is printed too.
+//! `oncegate purge [--dry-run | --archive DIR]`: applies the contract's retention to the store
+//! now, through the store's one purge path, and prints what was (or, dry, would be) removed.
+//! With `--archive`, what the purge removes is first exported to a new archive and verified,
+//! and nothing is removed unless it verified. Durable effect identities are never purged; the
+//! count of those kept is printed too.
 
 use anyhow::Result;
-use oncegate::store::PurgeCounts;
+use oncegate::store::{ArchiveVerified, PurgeCounts};
 use oncegate::Gate;
 use serde::Serialize;
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
 /// Retentions are set in days; `400d` reads better than humantime's years and months.
 fn days(d: std::time::Duration) -> String {
@@ -33,17 +36,34 @@ struct PurgeDoc {
     observations: u64,
     /// Effects of durable types kept without their proofs (never purged).
     durable_identities_kept: u64,
+    /// The archive written and verified before anything was removed (`--archive`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    archive: Option<crate::archive::ArchiveDoc>,
 }
 
-async fn purge(gate: &Gate, dry_run: bool) -> Result<PurgeCounts> {
-    Ok(gate.purge(dry_run).await?)
+/// The purge, archived first when `archive` names a directory.
+async fn purge(
+    gate: &Gate,
+    dry_run: bool,
+    archive: Option<&Path>,
+) -> Result<(Option<(PathBuf, ArchiveVerified)>, PurgeCounts)> {
+    Ok(match archive {
+        Some(dir) => {
+            let (verified, counts) = gate.purge_archived(dir).await?;
+            (Some((dir.to_owned(), verified)), counts)
+        }
+        None => (None, gate.purge(dry_run).await?),
+    })
 }
 
-pub async fn run(gate: &Gate, dry_run: bool) -> Result<String> {
+pub async fn run(gate: &Gate, dry_run: bool, archive: Option<&Path>) -> Result<String> {
     let settings = &gate.contract().settings;
-    let c = purge(gate, dry_run).await?;
+    let (archived, c) = purge(gate, dry_run, archive).await?;
     let mut out = String::new();
     let w = &mut out;
+    if let Some((dir, verified)) = &archived {
+        writeln!(w, "{}", crate::archive::summary(dir, &verified.manifest))?;
+    }
     writeln!(
         w,
         "{} (payload retention {}, proof retention {})",
@@ -78,8 +98,12 @@ pub async fn run(gate: &Gate, dry_run: bool) -> Result<String> {
 #[derive(clap::Args)]
 pub struct PurgeArgs {
     /// Count what would be removed, remove nothing.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "archive")]
     dry_run: bool,
+    /// First export what the purge removes to a new archive in this directory and verify it
+    /// (as `oncegate archive export` and `verify` do); nothing is removed unless it verified.
+    #[arg(long, value_name = "DIR")]
+    archive: Option<PathBuf>,
     /// Print the counts as one JSON line.
     #[arg(long)]
     json: bool,
@@ -95,11 +119,12 @@ pub fn main(args: PurgeArgs) -> Result<()> {
     let contract = crate::contract::find(args.contract.as_deref())?;
     crate::runtime()?.block_on(async {
         let gate = args.store.gate(Some(&contract), Vec::new()).await?;
+        let archive = args.archive.as_deref();
         if !args.json {
-            out!("{}", run(&gate, args.dry_run).await?)?;
+            out!("{}", run(&gate, args.dry_run, archive).await?)?;
             return Ok(());
         }
-        let c = purge(&gate, args.dry_run).await?;
+        let (archived, c) = purge(&gate, args.dry_run, archive).await?;
         let s = &contract.settings;
         crate::json::print(&PurgeDoc {
             dry_run: args.dry_run,
@@ -113,6 +138,7 @@ pub fn main(args: PurgeArgs) -> Result<()> {
             queue_items: c.queue_items,
             observations: c.observations,
             durable_identities_kept: c.durable_identities_kept,
+            archive: archived.map(|(dir, v)| crate::archive::doc(&dir, &v.manifest)),
         })
     })
 }

@@ -24,6 +24,8 @@ pub struct Options<'a> {
     pub metrics_public: bool,
     /// The background purge's period; `None` runs none.
     pub purge_every: Option<Duration>,
+    /// Where the background purge archives what it removes first.
+    pub purge_archive: Option<&'a Path>,
     pub breaker_window: Duration,
     /// The reconciler's fallback poll.
     pub reconcile_every: Duration,
@@ -131,6 +133,7 @@ pub async fn run(o: Options<'_>) -> Result<()> {
     config.ca_file = o.ca_file.map(Path::to_owned);
     config.metrics_public = o.metrics_public;
     config.purge_every = o.purge_every;
+    config.purge_archive = o.purge_archive.map(Path::to_owned);
     config.breaker_window = o.breaker_window;
     config.reconciler.every = Some(o.reconcile_every);
     if config.tokens.is_empty() {

@@ -122,6 +122,9 @@ pub struct ServiceConfig {
     pub breaker_window: Duration,
     /// How often `serve` applies the retention rules in the background; `None` never does.
     pub purge_every: Option<Duration>,
+    /// Where the background purge archives what it removes before removing it (see
+    /// `oncegate::UpkeepSettings::purge_archive`); `None` purges without archiving.
+    pub purge_archive: Option<std::path::PathBuf>,
     /// Whether `serve` sweeps expired leases in the background (every half lease, 1–15 s).
     /// Leases are also read as expired on access, so turning the sweep off changes only when
     /// an abandoned effect is turned `unknown`; tests that move the clock by hand turn it off
@@ -155,6 +158,7 @@ impl ServiceConfig {
             lease: None,
             breaker_window: Duration::from_secs(24 * 3600),
             purge_every: Some(Duration::from_secs(3600)),
+            purge_archive: None,
             lease_sweep: true,
             reconciler: ReconcilerSettings::default(),
             clock: system_clock(),
@@ -181,6 +185,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("lease", &self.lease)
             .field("breaker_window", &self.breaker_window)
             .field("purge_every", &self.purge_every)
+            .field("purge_archive", &self.purge_archive)
             .field("lease_sweep", &self.lease_sweep)
             .field("reconciler", &self.reconciler)
             .finish()
@@ -272,6 +277,7 @@ pub async fn serve(
         .upkeep(oncegate::UpkeepSettings {
             lease_sweep: config.lease_sweep,
             purge_every: config.purge_every,
+            purge_archive: config.purge_archive.clone(),
             reconciler: config.reconciler,
             ca_file: config.ca_file.clone(),
             forwarder: oncegate::ForwarderSettings::default(),

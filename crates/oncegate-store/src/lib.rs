@@ -24,6 +24,7 @@ use std::sync::Arc;
 use oncegate_core::matrix::Decision;
 
 pub mod alias;
+pub mod archive;
 pub mod batch_sizes;
 pub mod breaker;
 pub mod decision;
@@ -53,6 +54,7 @@ pub mod testing;
 mod wakeup;
 
 pub use alias::{MigrationSource, NewAlias};
+pub use archive::{ArchiveError, ArchiveManifest, ArchiveVerified};
 pub use batch_sizes::{BatchSizes, BatchSizesSeen, BATCH_SIZE_BOUNDS};
 pub use breaker::{Breaker, BreakerRecord, BreakerRule, BreakerScope, BreakerState, BreakerTally};
 pub use decision::{

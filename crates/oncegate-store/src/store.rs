@@ -24,6 +24,7 @@ use crate::postgres::PgStore;
 use crate::sqlite::SqliteStore;
 use crate::Matrix;
 
+mod archives;
 mod breakers;
 mod deliveries;
 mod effects;

@@ -55,6 +55,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod archive;
 mod authority;
 mod backlog;
 mod batch;
@@ -85,6 +86,7 @@ mod upkeep;
 mod verifier;
 mod work;
 
+pub use archive::ArchivedDelivery;
 pub use authority::{AuthorityError, AuthorityPolicy};
 pub use batch::BatchOutcome;
 pub use error::GateError;

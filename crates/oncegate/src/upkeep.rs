@@ -24,6 +24,10 @@ pub struct UpkeepSettings {
     /// How often the retention rules are applied; `None` never does. The first purge runs one
     /// period after the start.
     pub purge_every: Option<Duration>,
+    /// Where the background purge archives what it removes: each run that removes deliveries
+    /// first writes and verifies an archive in a new directory below this one (see
+    /// [`Gate::purge_archived`]); `None` purges without archiving.
+    pub purge_archive: Option<PathBuf>,
     /// The reconciler worker and its authority policy (`every: None` turns it off).
     pub reconciler: ReconcilerSettings,
     /// An extra CA certificate file (PEM) every authority's HTTPS connection trusts, and the
@@ -39,6 +43,7 @@ impl Default for UpkeepSettings {
         UpkeepSettings {
             lease_sweep: true,
             purge_every: Some(Duration::from_secs(3600)),
+            purge_archive: None,
             reconciler: ReconcilerSettings::default(),
             ca_file: None,
             forwarder: ForwarderSettings::default(),
@@ -116,7 +121,11 @@ impl Gate {
             tasks.extend(self.store().listen_for_queued(self.wake().clone()));
         }
         if let Some(every) = settings.purge_every {
-            tasks.push(tokio::spawn(crate::purge::run(self.clone(), every)));
+            tasks.push(tokio::spawn(crate::purge::run(
+                self.clone(),
+                every,
+                settings.purge_archive.clone(),
+            )));
         }
         Ok(Upkeep { tasks })
     }

@@ -79,3 +79,75 @@ async fn the_sweep_runs_while_the_upkeep_lives_and_stops_when_it_is_dropped() {
     );
     db.cleanup().await;
 }
+
+/// The background purge with an archive root: the deliveries past the proof retention are
+/// archived below it, the archive verifies and reads them back, and only then are they gone
+/// from the store; a recent delivery stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_background_purge_archives_what_it_removes_first() {
+    let db = TestDatabase::sqlite();
+    let store = oncegate_store::open(&db.url).await.unwrap();
+    let contract = Arc::new(
+        oncegate_core::contract::parse(
+            "examples/oncegate.toml",
+            include_str!("../../../examples/oncegate.toml"),
+        )
+        .unwrap(),
+    );
+    // Delivered 500 days ago: past the example contract's 400 days of proof retention.
+    let mut past = GateConfig::new(contract.clone(), store.clone(), b"salt".to_vec());
+    past.clock = Arc::new(|| time::OffsetDateTime::now_utc() - time::Duration::days(500));
+    let past = Gate::new(past);
+    let old = past.deliver(refund("RR-OLD")).await.unwrap();
+    let old = old.proof().delivery.clone();
+    let gate = Gate::new(GateConfig::new(contract, store, b"salt".to_vec()));
+    let recent = gate.deliver(refund("RR-NEW")).await.unwrap();
+    let recent = recent.proof().delivery.clone();
+
+    let root = tempfile::tempdir().unwrap();
+    let upkeep = gate
+        .upkeep(UpkeepSettings {
+            lease_sweep: false,
+            purge_every: Some(Duration::from_secs(1)),
+            purge_archive: Some(root.path().to_owned()),
+            reconciler: ReconcilerSettings {
+                every: None,
+                ..ReconcilerSettings::default()
+            },
+            ..UpkeepSettings::default()
+        })
+        .unwrap();
+    let all = oncegate::store::TenantFilter::All;
+    let mut purged = false;
+    for _ in 0..150 {
+        if gate.delivery_proof(&old, &all).await.unwrap().is_none() {
+            purged = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(purged, "the old delivery is purged");
+    // Later runs remove nothing and leave no directory: one archive, the first run's.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    drop(upkeep);
+    let dirs: Vec<_> = std::fs::read_dir(root.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let verified = oncegate::store::archive::verify(&dirs[0]).expect("the archive verifies");
+    assert_eq!(verified.manifest.tables[0].rows, 1, "one delivery archived");
+    let archived = oncegate::ArchivedDelivery::open(&dirs[0], &old)
+        .await
+        .unwrap()
+        .expect("the archive holds it");
+    let proof = archived
+        .gate()
+        .delivery_proof(&old, &all)
+        .await
+        .unwrap()
+        .expect("its proof reads back");
+    assert_eq!(proof.decision.unwrap().action.as_str(), "process");
+    assert!(gate.delivery_proof(&recent, &all).await.unwrap().is_some());
+    db.cleanup().await;
+}

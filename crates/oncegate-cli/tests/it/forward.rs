@@ -1,7 +1,7 @@
 //! `oncegate forward list|resend`, `explain` and `queue list` on a store holding a dead
 //! letter: a forward type's delivery decided by the real gate, its one attempt failed for good.
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::Arc;
 
 use oncegate::store::testing::TestDatabase;
@@ -9,12 +9,7 @@ use oncegate::store::{ForwardEnd, ForwardNext};
 use oncegate::{Gate, GateConfig, Outcome, Reception};
 
 fn oncegate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_oncegate"))
-        .args(args)
-        .env_remove("ONCEGATE_CONTRACT")
-        .env_remove("ONCEGATE_STORE")
-        .output()
-        .expect("the binary runs")
+    crate::binary::run(None, args)
 }
 
 fn ok(args: &[&str]) -> String {

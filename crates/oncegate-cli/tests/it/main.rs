@@ -1,5 +1,7 @@
 //! The `oncegate` command end to end: the real binary, real files, real stdin.
 
+mod archive;
+mod binary;
 mod catalog;
 mod corpus;
 mod deploy;

@@ -2,40 +2,13 @@
 //! filters, the counts, and every item resolved by the id the listing shows (a lease-expiry
 //! item by the delivery that was processed, others by their queue item id).
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use oncegate::store::testing::TestDatabase;
 use serde_json::{json, Value};
 
 const SALT: &str = "cli-queue-salt";
 const INGEST: &str = "ingest-token-cli-queue";
-
-fn oncegate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_oncegate"))
-        .args(args)
-        .env_remove("ONCEGATE_CONTRACT")
-        .env_remove("ONCEGATE_STORE")
-        .env_remove("ONCEGATE_KEY_SALT_FILE")
-        .env("ONCEGATE_KEY_SALT", SALT)
-        .output()
-        .expect("the binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = oncegate(args);
-    assert!(
-        out.status.success(),
-        "oncegate {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn fails(args: &[&str]) -> String {
-    let out = oncegate(args);
-    assert!(!out.status.success(), "oncegate {args:?} should fail");
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 /// The real service, in-process, on `url`, with this module's salt and tokens.
 async fn start(url: &str) -> (String, tokio::sync::oneshot::Sender<()>) {
@@ -44,6 +17,18 @@ async fn start(url: &str) -> (String, tokio::sync::oneshot::Sender<()>) {
 
 async fn post(base: &str, path: &str, body: String) -> Value {
     crate::service::post(base, INGEST, path, body).await
+}
+
+fn oncegate(args: &[&str]) -> Output {
+    crate::binary::run(Some(SALT), args)
+}
+
+fn ok(args: &[&str]) -> String {
+    crate::binary::ok(Some(SALT), args)
+}
+
+fn fails(args: &[&str]) -> String {
+    crate::binary::fails_with(Some(SALT), args, 2)
 }
 
 fn refund(payment: &str, sent_at: &str) -> String {

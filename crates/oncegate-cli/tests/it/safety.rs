@@ -1,7 +1,7 @@
 //! `queue`, `breaker`, `purge` and `replay` as an operator runs them: the real binary on the
 //! SQLite file a running service writes to.
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::Arc;
 
 use oncegate_server::{ApiToken, ServiceConfig};
@@ -10,33 +10,6 @@ use serde_json::{json, Value};
 const CONTRACT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/oncegate.toml");
 const SALT: &str = "cli-safety-salt";
 const INGEST: &str = "ingest-token-cli";
-
-fn oncegate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_oncegate"))
-        .args(args)
-        .env_remove("ONCEGATE_CONTRACT")
-        .env_remove("ONCEGATE_STORE")
-        .env_remove("ONCEGATE_KEY_SALT_FILE")
-        .env("ONCEGATE_KEY_SALT", SALT)
-        .output()
-        .expect("the binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = oncegate(args);
-    assert!(
-        out.status.success(),
-        "oncegate {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn fails(args: &[&str]) -> String {
-    let out = oncegate(args);
-    assert!(!out.status.success(), "oncegate {args:?} should fail");
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 struct Running {
     base: String,
@@ -84,6 +57,18 @@ impl Running {
     async fn deliver(&self, body: String) -> Value {
         self.post("/v1/deliveries/acme/payflow/live", body).await
     }
+}
+
+fn oncegate(args: &[&str]) -> Output {
+    crate::binary::run(Some(SALT), args)
+}
+
+fn ok(args: &[&str]) -> String {
+    crate::binary::ok(Some(SALT), args)
+}
+
+fn fails(args: &[&str]) -> String {
+    crate::binary::fails_with(Some(SALT), args, 2)
 }
 
 fn refund(sent_at: &str) -> String {

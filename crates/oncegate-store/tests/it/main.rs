@@ -5,6 +5,7 @@
 //! the suite checks the store the way the service will use it. Time is passed in, never read.
 
 mod aliases;
+mod archive;
 mod batches;
 mod checkpoint;
 mod forwards;
@@ -140,6 +141,16 @@ mod safety_on {
         purge_removes_old_breaker_counters,
         a_transport_ignore_points_at_the_effects_first_delivery,
         report_rows_are_per_tenant,
+    );
+}
+
+/// Archives of a period: export, verify, one delivery read back, as
+/// `archive_on::{sqlite,postgres,postgres_serializable}::<name>`.
+mod archive_on {
+    conformance_of!(
+        archive;
+        an_archive_holds_every_row_before_its_cut_and_reads_back,
+        a_changed_archive_does_not_verify,
     );
 }
 
