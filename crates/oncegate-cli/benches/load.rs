@@ -662,8 +662,13 @@ async fn reads(base: &str) -> String {
     let pages = [
         ("deliveries", "/console/deliveries".to_owned()),
         ("queue", "/console/queue".to_owned()),
-        ("report", "/console/report".to_owned()),
+        ("report (24 hours)", "/console/report".to_owned()),
+        (
+            "decisions chart (24 hourly reports)",
+            "/console/decisions".to_owned(),
+        ),
         ("api report 1 day", format!("/v1/report?since={since}")),
+        ("report (all)", "/console/report?range=all".to_owned()),
     ];
     let mut out = Vec::new();
     let mut failed = None;

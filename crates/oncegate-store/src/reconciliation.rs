@@ -349,13 +349,12 @@ pub(crate) async fn record_missing<T: Tx + Send>(
 pub(crate) async fn missing_counts<T: Tx + Send>(
     tx: &mut T,
     tenants: &TenantFilter,
-    since: OffsetDateTime,
+    period: crate::report::Period,
 ) -> Result<Vec<((String, String, String, Option<String>), u64)>> {
     let mut q = Query::new(
         "SELECT tenant, provider, env, event_type, COUNT(*) FROM missing_operations WHERE settled_at IS NULL",
     );
-    let p = q.bind(int(ms(since)));
-    q.push(&format!(" AND last_seen_at >= {p}"));
+    period.restrict(&mut q, "last_seen_at");
     q.tenants("tenant", tenants);
     q.push(" GROUP BY tenant, provider, env, event_type");
     tx.query(&q.sql, &q.params)

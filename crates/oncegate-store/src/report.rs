@@ -82,7 +82,15 @@ impl ReportCounts {
         self
     }
 
-    pub(crate) fn add(&mut self, other: &ReportCounts) {
+    /// Adds another group's or period's counts to these (the gap too: a sum of gaps).
+    ///
+    /// ```
+    /// use oncegate_store::ReportCounts;
+    /// let mut day = ReportCounts { received: 2, processed: 2, ..Default::default() };
+    /// day.add(&ReportCounts { received: 3, rejected: 1, ..Default::default() });
+    /// assert_eq!((day.received, day.processed, day.rejected), (5, 2, 1));
+    /// ```
+    pub fn add(&mut self, other: &ReportCounts) {
         self.received += other.received;
         self.rejected += other.rejected;
         self.processed += other.processed;
@@ -117,12 +125,14 @@ pub struct ReportRow {
     pub counts: ReportCounts,
 }
 
-/// The report: every group with activity since `since`, and their sum.
+/// The report: every group with activity in its period, and their sum.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
     /// The start of the period (inclusive): deliveries received, items queued and effects created
     /// at or after it are counted.
     pub since: OffsetDateTime,
+    /// The end of the period (exclusive); `None`: up to now.
+    pub until: Option<OffsetDateTime>,
     /// Sorted by tenant, provider, env, type.
     pub rows: Vec<ReportRow>,
     /// The sum of every row (its gap is the sum of theirs).
@@ -131,22 +141,51 @@ pub struct Report {
 
 type Group = (String, String, String, Option<String>);
 
-/// Restricts a count over table `alias` to rows whose `time` is at or after `since` and to the
+/// A report's period: from `since` (inclusive) to `until` (exclusive; `None`: now).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Period {
+    pub since: OffsetDateTime,
+    pub until: Option<OffsetDateTime>,
+}
+
+impl Period {
+    /// Restricts `column` (unix milliseconds) to the period.
+    pub fn restrict(&self, q: &mut Query, column: &str) {
+        let p = q.bind(int(ms(self.since)));
+        q.push(&format!(" AND {column} >= {p}"));
+        if let Some(until) = self.until {
+            let p = q.bind(int(ms(until)));
+            q.push(&format!(" AND {column} < {p}"));
+        }
+    }
+
+    /// Restricts `column`, holding ULIDs of the row's time, to the period's range of ids (on
+    /// the primary key; `floor` is `codes::delivery_id_floor` or `effect_id_floor`).
+    fn restrict_ids(&self, q: &mut Query, column: &str, floor: fn(OffsetDateTime) -> String) {
+        let p = q.bind(text(floor(self.since)));
+        q.push(&format!(" AND {column} >= {p}"));
+        if let Some(until) = self.until {
+            let p = q.bind(text(floor(until)));
+            q.push(&format!(" AND {column} < {p}"));
+        }
+    }
+}
+
+/// Restricts a count over table `alias` to rows whose `time` is in the period and to the
 /// tenants, and groups it by tenant, provider, environment and type.
-fn grouped(q: &mut Query, alias: &str, time: &str, tenants: &TenantFilter, since: OffsetDateTime) {
-    let p = q.bind(int(ms(since)));
-    q.push(&format!(" AND {alias}.{time} >= {p}"));
+fn grouped(q: &mut Query, alias: &str, time: &str, tenants: &TenantFilter, period: Period) {
+    period.restrict(q, &format!("{alias}.{time}"));
     q.tenants(&format!("{alias}.tenant"), tenants);
     q.push(&format!(
         " GROUP BY {alias}.tenant, {alias}.provider, {alias}.env, {alias}.event_type"
     ));
 }
 
-/// Aggregates deliveries received at or after `since`, and what became of them, per group.
+/// Aggregates deliveries received in the period, and what became of them, per group.
 pub(crate) async fn build<T: Tx + Send>(
     tx: &mut T,
     tenants: &TenantFilter,
-    since: OffsetDateTime,
+    period: Period,
 ) -> Result<Report> {
     let mut groups: BTreeMap<Group, ReportCounts> = BTreeMap::new();
     let group =
@@ -164,9 +203,8 @@ pub(crate) async fn build<T: Tx + Send>(
          FROM deliveries d LEFT JOIN proofs p ON p.delivery_id = d.id WHERE 1 = 1",
     );
     // The period as a range of delivery ids, on the primary key (`codes::delivery_id_floor`).
-    let floor = q.bind(text(delivery_id_floor(since)));
-    q.push(&format!(" AND d.id >= {floor}"));
-    grouped(&mut q, "d", "received_at", tenants, since);
+    period.restrict_ids(&mut q, "d.id", delivery_id_floor);
+    grouped(&mut q, "d", "received_at", tenants, period);
     for r in tx.query(&q.sql, &q.params).await? {
         let c = groups.entry(group(&r)?).or_default();
         c.received = count(&r, 4)?;
@@ -184,7 +222,7 @@ pub(crate) async fn build<T: Tx + Send>(
          COUNT(CASE WHEN q.status = 'open' THEN 1 END), COUNT(CASE WHEN q.status = 'resolved' THEN 1 END) \
          FROM queue_items q WHERE q.kind = 'reconcile'",
     );
-    grouped(&mut q, "q", "created_at", tenants, since);
+    grouped(&mut q, "q", "created_at", tenants, period);
     for r in tx.query(&q.sql, &q.params).await? {
         let c = groups.entry(group(&r)?).or_default();
         c.reconcile_pending = count(&r, 4)?;
@@ -199,9 +237,8 @@ pub(crate) async fn build<T: Tx + Send>(
          FROM effects e WHERE 1 = 1",
     );
     // The period as a range of effect ids, on the primary key, as for the deliveries.
-    let floor = q.bind(text(effect_id_floor(since)));
-    q.push(&format!(" AND e.id >= {floor}"));
-    grouped(&mut q, "e", "created_at", tenants, since);
+    period.restrict_ids(&mut q, "e.id", effect_id_floor);
+    grouped(&mut q, "e", "created_at", tenants, period);
     for r in tx.query(&q.sql, &q.params).await? {
         let c = groups.entry(group(&r)?).or_default();
         c.effects_completed = count(&r, 4)?;
@@ -209,10 +246,10 @@ pub(crate) async fn build<T: Tx + Send>(
         c.effects_unknown = count(&r, 6)?;
     }
 
-    for (g, n) in crate::reconciliation::missing_counts(tx, tenants, since).await? {
+    for (g, n) in crate::reconciliation::missing_counts(tx, tenants, period).await? {
         groups.entry(g).or_default().missing_at_source_check = n;
     }
-    for (g, n) in crate::shadow::report_counts(tx, tenants, since).await? {
+    for (g, n) in crate::shadow::report_counts(tx, tenants, period).await? {
         groups.entry(g).or_default().shadow_disagreements = n;
     }
 
@@ -231,5 +268,10 @@ pub(crate) async fn build<T: Tx + Send>(
             }
         })
         .collect();
-    Ok(Report { since, rows, total })
+    Ok(Report {
+        since: period.since,
+        until: period.until,
+        rows,
+        total,
+    })
 }

@@ -228,13 +228,12 @@ pub(crate) async fn counts<T: Tx + Send>(
 pub(crate) async fn report_counts<T: Tx + Send>(
     tx: &mut T,
     tenants: &crate::delivery::TenantFilter,
-    since: OffsetDateTime,
+    period: crate::report::Period,
 ) -> Result<Vec<((String, String, String, Option<String>), u64)>, StoreError> {
     let mut q = crate::sql::Query::new(
         "SELECT tenant, provider, env, event_type, COUNT(*) FROM shadow_disagreements WHERE 1 = 1",
     );
-    let p = q.bind(int(ms(since)));
-    q.push(&format!(" AND at >= {p}"));
+    period.restrict(&mut q, "at");
     q.tenants("tenant", tenants);
     q.push(" GROUP BY tenant, provider, env, event_type");
     tx.query(&q.sql, &q.params)

@@ -82,6 +82,19 @@ impl Gate {
         self.reader().report(tenants, since).await
     }
 
+    /// The report of the deliveries of `tenants` received at or after `since` and before
+    /// `until`: a bounded period reads only its own rows.
+    pub async fn report_until(
+        &self,
+        tenants: &TenantFilter,
+        since: OffsetDateTime,
+        until: OffsetDateTime,
+    ) -> Result<Report, StoreError> {
+        self.reader()
+            .report_until(tenants, since, Some(until))
+            .await
+    }
+
     /// Every breaker that ever opened and every scope with matches in `rule`'s window, now.
     pub async fn breakers(&self, rule: &BreakerRule) -> Result<Vec<Breaker>, StoreError> {
         self.store().breakers(rule, self.now()).await

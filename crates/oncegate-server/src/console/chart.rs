@@ -44,25 +44,16 @@ fn per_action(c: &ReportCounts) -> [u64; 5] {
     ]
 }
 
-/// The decisions per bucket from the report totals at each bucket edge: `edges` ascending (the
-/// last one is the end of the last bucket) and `since[i]` the totals received at or after
-/// `edges[i]`. A count can only shrink as the edge moves later, so a negative difference (a
-/// purge between two reads) is read as zero rather than wrapping.
-pub(crate) fn buckets(edges: &[OffsetDateTime], since: &[ReportCounts]) -> Vec<Bucket> {
-    assert_eq!(edges.len(), since.len(), "one report per edge");
+/// The decisions per bucket: `edges` ascending (the last one is the end of the last bucket)
+/// and `within[i]` the totals of the deliveries received from `edges[i]` to `edges[i + 1]`.
+pub(crate) fn buckets(edges: &[OffsetDateTime], within: &[ReportCounts]) -> Vec<Bucket> {
+    assert_eq!(edges.len(), within.len() + 1, "one report per bucket");
     edges
-        .windows(2)
-        .zip(since.windows(2))
-        .map(|(e, c)| {
-            let (from, to) = (per_action(&c[0]), per_action(&c[1]));
-            let mut counts = [0u64; 5];
-            for i in 0..5 {
-                counts[i] = from[i].saturating_sub(to[i]);
-            }
-            Bucket {
-                start: e[0],
-                counts,
-            }
+        .iter()
+        .zip(within)
+        .map(|(start, c)| Bucket {
+            start: *start,
+            counts: per_action(c),
         })
         .collect()
 }
@@ -120,7 +111,7 @@ mod tests {
         OffsetDateTime::UNIX_EPOCH + time::Duration::hours(h)
     }
 
-    fn since(processed: u64, ignored: u64, quarantined: u64, rejected: u64) -> ReportCounts {
+    fn within(processed: u64, ignored: u64, quarantined: u64, rejected: u64) -> ReportCounts {
         ReportCounts {
             processed,
             ignored_transport: ignored / 2,
@@ -132,24 +123,15 @@ mod tests {
     }
 
     #[test]
-    fn buckets_are_the_differences_of_the_reports_at_their_edges() {
-        // Received at or after hour 0: 5 processed, 3 ignored, 1 quarantined, 2 rejected; at or
-        // after hour 1: 2, 3, 0, 0; at or after hour 2 (now): nothing.
+    fn each_bucket_holds_its_own_report_per_action() {
+        // Hour 0: 3 processed, 1 quarantined, 2 rejected; hour 1: 2 processed, 3 ignored.
         let edges = [at(0), at(1), at(2)];
-        let reports = [since(5, 3, 1, 2), since(2, 3, 0, 0), since(0, 0, 0, 0)];
-        let b = buckets(&edges, &reports);
+        let b = buckets(&edges, &[within(3, 0, 1, 2), within(2, 3, 0, 0)]);
         assert_eq!(b.len(), 2);
-        assert_eq!(b[0].start, at(0));
+        assert_eq!((b[0].start, b[1].start), (at(0), at(1)));
         assert_eq!(b[0].counts, [3, 0, 1, 0, 2]);
         assert_eq!(b[1].counts, [2, 3, 0, 0, 0]);
         assert_eq!(b[0].total() + b[1].total(), 11);
-    }
-
-    #[test]
-    fn a_purge_between_two_reads_never_makes_a_negative_count() {
-        let edges = [at(0), at(1)];
-        let b = buckets(&edges, &[since(1, 0, 0, 0), since(4, 0, 0, 0)]);
-        assert_eq!(b[0].counts, [0; 5]);
     }
 
     #[test]

@@ -18,8 +18,43 @@ use crate::state::AppState;
 
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct ReportPageQuery {
+    /// A start of its own (UTC), which wins over `range`.
     #[serde(default)]
     since: String,
+    /// `24h` (the default, as `oncegate report`'s), `7d`, `30d` or `all` (from the start).
+    #[serde(default)]
+    range: String,
+}
+
+/// The report page's periods: its value, its label and how far back it starts (`None`: from
+/// the start). The default is a day, as `oncegate report`'s: the whole history of a large
+/// store is many millions of rows to count, so reading it is a choice, never the landing page.
+const PERIODS: [(&str, &str, Option<i64>); 4] = [
+    ("24h", "last 24 hours", Some(1)),
+    ("7d", "last 7 days", Some(7)),
+    ("30d", "last 30 days", Some(30)),
+    ("all", "from the start", None),
+];
+
+/// The start of the report page's period.
+fn period_start(q: &ReportPageQuery, now: OffsetDateTime) -> Result<OffsetDateTime, PageError> {
+    if let Some(since) = parse_time("since", &q.since)? {
+        return Ok(since);
+    }
+    let range = if q.range.is_empty() {
+        "24h"
+    } else {
+        q.range.as_str()
+    };
+    match PERIODS.iter().find(|(v, _, _)| *v == range) {
+        Some((_, _, Some(days))) => Ok(now - time::Duration::days(*days)),
+        Some((_, _, None)) => Ok(OffsetDateTime::UNIX_EPOCH),
+        None => Err(ApiError::bad_request(
+            "invalid_request",
+            format!("range {range:?} is not 24h, 7d, 30d or all."),
+        )
+        .into()),
+    }
 }
 
 fn cells(c: &ReportCounts) -> Markup {
@@ -45,7 +80,7 @@ pub(crate) async fn page(
     Signed(s): Signed,
     ConsoleQuery(q): ConsoleQuery<ReportPageQuery>,
 ) -> Result<Response, PageError> {
-    let since = parse_time("since", &q.since)?.unwrap_or(OffsetDateTime::UNIX_EPOCH);
+    let since = period_start(&q, state.now())?;
     let report = state.gate.report(&s.caller.tenants, since).await?;
     let rows: Vec<_> = report
         .rows
@@ -57,7 +92,12 @@ pub(crate) async fn page(
     let gap = report.total.unexplained_gap;
     let body = html! {
         form.filters method="get" action="/console/report" {
-            label { "Received since (UTC; empty: from the start)" input type="datetime-local" name="since" value=(q.since); }
+            label { "Period" select name="range" {
+                @for (v, text, _) in PERIODS {
+                    option value=(v) selected[q.range == v || (q.range.is_empty() && v == "24h")] { (text) }
+                }
+            } }
+            label { "Or received since (UTC)" input type="datetime-local" name="since" value=(q.since); }
             button type="submit" { "Show" }
         }
         @if gap != 0 {
@@ -126,9 +166,11 @@ pub(crate) async fn decisions(
 ) -> Result<Response, PageError> {
     let edges = edges(&q.range, state.now())?;
     let tenants: &TenantFilter = &s.caller.tenants;
+    // One bounded report per bucket: together they read the range's rows once (a report from
+    // each edge to now would read the last bucket's rows once per bucket).
     let mut totals = Vec::with_capacity(edges.len());
-    for e in &edges {
-        totals.push(state.gate.report(tenants, *e).await?.total);
+    for e in edges.windows(2) {
+        totals.push(state.gate.report_until(tenants, e[0], e[1]).await?.total);
     }
     let buckets = chart::buckets(&edges, &totals);
     let daily = q.range == "30d";

@@ -582,3 +582,74 @@ fn pager_link(html: &str, id: &str) -> Option<String> {
     let href = tag.split(r#"href=""#).nth(1)?.split('"').next()?;
     Some(href.replace("&amp;", "&"))
 }
+
+/// The received total of a report page (its `Total` row's first count).
+fn report_total(page: &str) -> u64 {
+    let at = page
+        .find(r#"Total</th><td class="num">"#)
+        .expect("a total row")
+        + 26;
+    page[at..]
+        .split('<')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a count after the total: {}", &page[at..at + 40]))
+}
+
+pub async fn console_the_report_page_reads_a_day_unless_asked_for_more(kind: Kind) {
+    let s = Service::start(kind).await;
+    let post = |n: u32| {
+        let (http, base) = (s.http.clone(), s.base.clone());
+        async move {
+            let r = http
+                .post(format!("{base}/v1/deliveries/acme/payflow/live"))
+                .bearer_auth(INGEST)
+                .header("content-type", "application/json")
+                .body(format!(r#"{{"type":"payout.sent","data":{{"n":{n}}}}}"#))
+                .send()
+                .await
+                .expect("a delivery post");
+            assert_eq!(r.status(), 200);
+        }
+    };
+    post(1).await;
+    s.advance(2 * 86_400);
+    post(2).await;
+    post(3).await;
+    let mut c = Console::new(&s);
+    assert_eq!(c.sign_in(OPERATOR).await.status, 303);
+    for (query, received) in [
+        ("", 2),
+        ("?range=24h", 2),
+        ("?range=7d", 3),
+        ("?range=all", 3),
+    ] {
+        let page = c.get(&format!("/console/report{query}")).await;
+        assert_eq!(page.status, 200, "{query}: {}", page.text);
+        assert_eq!(report_total(&page.text), received, "/console/report{query}");
+    }
+    let selected = c.get("/console/report").await;
+    assert!(
+        selected.text.contains(r#"<option value="24h" selected>"#),
+        "{}",
+        selected.text
+    );
+    // A start of its own wins over the period.
+    let since = (s.now() - time::Duration::days(3))
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let page = c
+        .get(&format!("/console/report?range=24h&since={}", &since[..16]))
+        .await;
+    assert_eq!(report_total(&page.text), 3, "{}", page.text);
+    let bad = c.get("/console/report?range=year").await;
+    assert_eq!(bad.status, 400, "{}", bad.text);
+    // The chart's hourly buckets hold each delivery once: two in the last hour.
+    let decisions = c.get("/console/decisions").await;
+    assert!(
+        decisions.text.contains(r#"<td class="num">2</td></tr>"#),
+        "{}",
+        decisions.text
+    );
+    s.stop().await;
+}

@@ -105,6 +105,7 @@ both_backends!(
     console_http::console_forms_without_the_session_csrf_token_are_refused,
     console_http::console_a_tenant_restricted_session_never_sees_another_tenant,
     console_http::console_markup_in_stored_values_renders_as_text,
+    console_http::console_the_report_page_reads_a_day_unless_asked_for_more,
     console_http::console_the_queue_resolves_in_place_or_by_redirect,
     console_http::console_a_thousand_item_queue_is_paged_and_fast,
     console_browser::console_an_operator_works_the_console_in_a_browser,

@@ -35,8 +35,20 @@ impl Store {
 
     /// Aggregates deliveries received at or after `since`, and what became of them.
     pub async fn report(&self, tenants: &TenantFilter, since: OffsetDateTime) -> Result<Report> {
+        self.report_until(tenants, since, None).await
+    }
+
+    /// The same for the deliveries received before `until` (exclusive) too; `None`: up to now.
+    /// Each bound is a range of ids on the primary key, so a short period reads only its rows.
+    pub async fn report_until(
+        &self,
+        tenants: &TenantFilter,
+        since: OffsetDateTime,
+        until: Option<OffsetDateTime>,
+    ) -> Result<Report> {
+        let period = report::Period { since, until };
         self.read(tenants.clone(), move |tx, tenants| {
-            Box::pin(report::build(tx, tenants, since))
+            Box::pin(report::build(tx, tenants, period))
         })
         .await
     }

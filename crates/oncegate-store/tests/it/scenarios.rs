@@ -1033,6 +1033,43 @@ pub async fn report_explains_every_delivery(b: &Backend) {
         .await
         .unwrap();
     assert_eq!(later.total.received, 0, "`since` bounds the report");
+
+    // `until` bounds it too: two periods cut at an hour add up to the whole.
+    let hour = at + Duration::hours(1);
+    let (_, p3) = deliver(&store, Delivery::new("p3", hour), Some(strong("re_3")), &m).await;
+    assert_eq!(p3.decision.action, Action::Process);
+    let all = store.report(&TenantFilter::All, at).await.unwrap().total;
+    let first = store
+        .report_until(&TenantFilter::All, at, Some(hour))
+        .await
+        .unwrap();
+    let second = store
+        .report_until(&TenantFilter::All, hour, Some(hour + Duration::hours(1)))
+        .await
+        .unwrap();
+    assert_eq!(first.until, Some(hour));
+    assert_eq!(
+        (
+            first.total.received,
+            first.total.processed,
+            first.total.unexplained_gap
+        ),
+        (8, 2, 1)
+    );
+    assert_eq!(
+        (
+            second.total.received,
+            second.total.processed,
+            second.total.unexplained_gap
+        ),
+        (1, 1, 0)
+    );
+    let mut sum = first.total;
+    sum.add(&second.total);
+    assert_eq!(
+        sum, all,
+        "the periods add up to the report from their start"
+    );
 }
 
 pub async fn queue_resolution_releases_or_links(b: &Backend) {
