@@ -82,6 +82,10 @@ pub const OWN: &[(&str, &[&str])] = &[
         "purge",
         &["0    the purge ran (or, with --dry-run, was counted; with --archive, after its archive verified)"],
     ),
+    (
+        "partition",
+        &["0    the tables are partitioned by day and the days asked for exist (a SQLite store, or a role that may not create tables: status 2)"],
+    ),
     ("archive", &["0    the subcommand succeeded; each one's --help lists its statuses"]),
     (
         "archive export",

@@ -25,6 +25,7 @@ mod init;
 mod json;
 mod key;
 mod migrate;
+mod partition;
 mod purge;
 mod queue;
 mod reconcile;
@@ -142,6 +143,8 @@ enum Command {
         #[command(subcommand)]
         command: forward::ForwardCommand,
     },
+    /// PostgreSQL: partition the journal and the proofs by day (once), and create the days ahead.
+    Partition(partition::PartitionArgs),
     /// Archives of deliveries and their proofs: `archive export|verify`.
     Archive {
         #[command(subcommand)]
@@ -344,6 +347,7 @@ fn main() -> ExitCode {
         Command::Forward { command } => forward::main(command).map(|()| Status::Success),
         Command::Purge(args) => purge::main(args).map(|()| Status::Success),
         Command::Archive { command } => archive::main(command),
+        Command::Partition(args) => partition::main(args).map(|()| Status::Success),
         Command::Replay(args) => replay::main(args).map(|()| Status::Success),
         Command::Reconcile(args) => reconcile::main(args).map(|()| Status::Success),
         Command::Demo => runtime()

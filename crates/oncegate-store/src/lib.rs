@@ -42,6 +42,7 @@ pub mod shadow;
 
 mod codes;
 mod nul;
+pub mod partition;
 mod plan;
 pub mod postgres;
 mod schema;
@@ -72,6 +73,7 @@ pub use forward::{
     ForwardStart, ForwardState, ForwardType, NewForward,
 };
 pub use location::StoreLocation;
+pub use partition::Partitions;
 pub use queue::{
     CursorError, DeliveryItems, Proposal, QueueCounts, QueueCursor, QueueFilter, QueueItem,
     QueueKind, QueuePage, QueueRef, QueueStatus, Resolution, ResolutionOutcome, ResolutionRecord,

@@ -5,7 +5,9 @@ use time::{Duration, OffsetDateTime};
 
 use crate::codes::{delivery_id_floor, duration_ms, from_ms, ms};
 use crate::error::StoreError;
-use crate::sql::{int, text, Dialect, Tx};
+use crate::partition;
+use crate::schema;
+use crate::sql::{int, text, Dialect, Tx, Value};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -50,6 +52,17 @@ const PURGEABLE_DELIVERIES: &str =
     "SELECT d.id FROM deliveries d WHERE d.id < $2 AND d.received_at < $1 \
      AND NOT EXISTS (SELECT 1 FROM queue_items q WHERE q.delivery_id = d.id AND q.status = 'open')";
 
+/// How many rows a partition holds, counted before it is dropped.
+async fn rows_of<T: Tx + Send>(tx: &mut T, partition: &str) -> Result<u64> {
+    let rows = tx
+        .query(&format!("SELECT COUNT(*) FROM {partition}"), &[])
+        .await?;
+    Ok(match rows.first() {
+        Some(r) => r.int(0)?.max(0) as u64,
+        None => 0,
+    })
+}
+
 /// Applies the retention rules inside the caller's transaction; a dry run is the same work
 /// rolled back, so its counts are exact.
 pub(crate) async fn purge<T: Tx + Send>(
@@ -76,14 +89,13 @@ pub(crate) async fn purge<T: Tx + Send>(
     };
     // `$1` the cut-off time, `$2` its first delivery id; the statements that read no delivery
     // take the time alone.
+    let floor = match &proof_floor {
+        Value::Text(Some(f)) => f.clone(),
+        _ => String::new(),
+    };
     let cut = &[proof_cutoff, proof_floor];
     let cut_time = &cut[..1];
-    counts.proofs = tx
-        .exec(
-            &format!("DELETE FROM proofs WHERE delivery_id IN ({PURGEABLE_DELIVERIES})"),
-            cut,
-        )
-        .await?;
+    // What hangs off a purgeable delivery goes first, while the delivery is there to name it.
     tx.exec(
         &format!("DELETE FROM links WHERE delivery_id IN ({PURGEABLE_DELIVERIES})"),
         cut,
@@ -92,7 +104,31 @@ pub(crate) async fn purge<T: Tx + Send>(
     counts.queue_items = tx
         .exec(&format!("DELETE FROM queue_items WHERE status = 'resolved' AND delivery_id IN ({PURGEABLE_DELIVERIES})"), cut)
         .await?;
-    counts.deliveries = tx
+    // A partitioned store drops each day past the cut whole, journal and proofs, unless an
+    // open queue item still needs one of its deliveries (that day is purged row by row below).
+    for day in partition::days_before(tx, &floor).await? {
+        let open = tx
+            .query(
+                "SELECT 1 FROM queue_items WHERE status = 'open' AND delivery_id >= $1 AND delivery_id < $2 LIMIT 1",
+                &[text(&day.from), text(&day.to)],
+            )
+            .await?;
+        if !open.is_empty() {
+            continue;
+        }
+        counts.proofs += rows_of(tx, &day.proofs).await?;
+        counts.deliveries += rows_of(tx, &day.deliveries).await?;
+        tx.exec(&schema::drop_partition(&day.proofs), &[]).await?;
+        tx.exec(&schema::drop_partition(&day.deliveries), &[])
+            .await?;
+    }
+    counts.proofs += tx
+        .exec(
+            &format!("DELETE FROM proofs WHERE delivery_id IN ({PURGEABLE_DELIVERIES})"),
+            cut,
+        )
+        .await?;
+    counts.deliveries += tx
         .exec(
             &format!("DELETE FROM deliveries WHERE id IN ({PURGEABLE_DELIVERIES})"),
             cut,

@@ -155,6 +155,65 @@ CREATE INDEX IF NOT EXISTS queue_existing_effect ON queue_items (existing_effect
 pub(crate) const VERSION_TABLE: &str =
     "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)";
 
+/// PostgreSQL's time partitions (`oncegate partition`, see `partition`): the tables that grow
+/// with every delivery, each with the column its ranges are on. A delivery's id is a ULID of
+/// its reception time, so a range of ids is a range of time and the primary keys stay as they
+/// are. Not a numbered migration: converting a large table is an operator's decision, taken
+/// with the owner's privileges, and SQLite has no partitions.
+pub(crate) const PARTITIONED: [(&str, &str); 2] = [("deliveries", "id"), ("proofs", "delivery_id")];
+
+/// Turns `table` into a table range-partitioned on `column` whose rows so far are its partition
+/// `<table>_history` (every id below `first`), plus a default partition for ids past the last
+/// day created. `indexes` are the table's own (`pg_indexes`: name and definition, the primary
+/// key's excluded), re-created on the partitioned table under their names, so the history's
+/// (renamed) indexes are attached to them, not built again.
+pub(crate) fn partition_table(
+    table: &str,
+    column: &str,
+    indexes: &[(String, String)],
+    first: &str,
+) -> Vec<String> {
+    let history = format!("{table}_history");
+    let mut sql = vec![
+        format!("ALTER TABLE {table} RENAME TO {history}"),
+        format!("ALTER TABLE {history} RENAME CONSTRAINT {table}_pkey TO {history}_pkey"),
+    ];
+    for (name, _) in indexes {
+        let renamed = match name.strip_prefix(table) {
+            Some(rest) => format!("{history}{rest}"),
+            None => format!("{history}_{name}"),
+        };
+        sql.push(format!("ALTER INDEX {name} RENAME TO {renamed}"));
+    }
+    sql.push(format!(
+        "CREATE TABLE {table} (LIKE {history} INCLUDING DEFAULTS INCLUDING CONSTRAINTS) PARTITION BY RANGE ({column})"
+    ));
+    sql.push(format!(
+        "ALTER TABLE {table} ADD CONSTRAINT {table}_pkey PRIMARY KEY ({column})"
+    ));
+    // Each definition was read before the rename: it names the table, now the partitioned one.
+    sql.extend(indexes.iter().map(|(_, def)| def.clone()));
+    sql.push(format!(
+        "ALTER TABLE {table} ATTACH PARTITION {history} FOR VALUES FROM (MINVALUE) TO ('{first}')"
+    ));
+    sql.push(format!(
+        "CREATE TABLE {table}_default PARTITION OF {table} DEFAULT"
+    ));
+    sql
+}
+
+/// The partition of `table` for one day (`name` is `<table>_YYYYMMDD`), its ids from `from` to
+/// `to` (the first ids of the day and of the next).
+pub(crate) fn day_partition(table: &str, name: &str, from: &str, to: &str) -> String {
+    format!("CREATE TABLE IF NOT EXISTS {name} PARTITION OF {table} FOR VALUES FROM ('{from}') TO ('{to}')")
+}
+
+/// Removes one day's partition whole: retention in one statement instead of a delete of every
+/// row (see `retention`).
+pub(crate) fn drop_partition(name: &str) -> String {
+    format!("DROP TABLE {name}")
+}
+
 /// SQLite migrations, by version.
 pub(crate) fn sqlite() -> Vec<(i64, String)> {
     vec![

@@ -7,8 +7,8 @@
 use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
 use oncegate_core::matrix::Action;
 use oncegate_store::{
-    Breaker, BreakerScope, DeliveryItems, ForwardRecord, PurgeCounts, QueueFilter, QueueItem,
-    QueueRef, Resolution, StoreError, TenantFilter,
+    Breaker, BreakerScope, DeliveryItems, ForwardRecord, Partitions, PurgeCounts, QueueFilter,
+    QueueItem, QueueRef, Resolution, StoreError, TenantFilter,
 };
 
 use crate::gate::Gate;
@@ -236,5 +236,20 @@ impl Gate {
         self.store()
             .purge(&crate::purge::policy(self), self.now(), dry_run)
             .await
+    }
+
+    /// PostgreSQL: partitions the journal and the proofs by day if they are not yet (their
+    /// rows so far kept as one partition), and creates the days from today to `days_ahead`
+    /// ahead that no partition covers; retention then drops whole days. Needs the tables'
+    /// owner. A SQLite store has no partitions: an error that says so.
+    pub async fn partition(&self, days_ahead: u32) -> Result<Partitions, StoreError> {
+        let made = self.store().partition(days_ahead, self.now()).await?;
+        tracing::info!(
+            converted = made.converted,
+            created = made.created.len(),
+            skipped = made.skipped.len(),
+            "time partitions"
+        );
+        Ok(made)
     }
 }

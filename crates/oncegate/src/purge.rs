@@ -17,6 +17,9 @@ use oncegate_store::{PurgeCounts, PurgePolicy};
 
 use crate::gate::{to_time, Gate};
 
+/// How many days ahead the background job keeps the partitions of a partitioned store.
+const DAYS_AHEAD: u32 = 14;
+
 /// The policy the contract's settings describe.
 pub(crate) fn policy(gate: &Gate) -> PurgePolicy {
     let settings = &gate.contract().settings;
@@ -34,6 +37,16 @@ pub(crate) async fn run(gate: Gate, every: Duration, archive: Option<PathBuf>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        // A store partitioned by day keeps its days ahead; one that is not is left as it is.
+        match gate.store().extend_partitions(DAYS_AHEAD, gate.now()).await {
+            Ok(made) if !made.created.is_empty() => {
+                tracing::info!(created = ?made.created, "time partitions created ahead")
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, "time partitions ahead not created (the default partition holds those days until they are)")
+            }
+        }
         let counts = match &archive {
             Some(root) => archived(&gate, root).await,
             None => gate.purge(false).await.map_err(|e| e.to_string()),

@@ -13,6 +13,7 @@ mod help;
 mod json;
 mod migrate;
 mod operation_scope;
+mod partition;
 mod pipes;
 mod programs;
 mod queue;

@@ -7,6 +7,7 @@ use time::OffsetDateTime;
 use super::{Result, Store};
 use crate::decision::{self, ProofRecord};
 use crate::delivery::{self, DeliveryFilter, DeliveryRecord, DeliverySummary, TenantFilter};
+use crate::partition::{self, Partitions};
 use crate::report::{self, Report};
 use crate::retention::{self, PurgeCounts, PurgePolicy};
 
@@ -63,6 +64,30 @@ impl Store {
     ) -> Result<PurgeCounts> {
         self.write(!dry_run, *policy, move |tx, policy| {
             Box::pin(retention::purge(tx, policy, now))
+        })
+        .await
+    }
+
+    /// PostgreSQL: turns the journal and the proofs into tables partitioned by day (their rows
+    /// so far kept as one partition, `<table>_history`) if they are not yet, and creates the
+    /// partitions of the days from today to `days_ahead` days ahead that none covers yet.
+    /// Needs the privileges of the tables' owner; a SQLite store has no partitions (an error).
+    pub async fn partition(&self, days_ahead: u32, now: OffsetDateTime) -> Result<Partitions> {
+        self.write(true, (), move |tx, ()| {
+            Box::pin(partition::partition(tx, days_ahead, now))
+        })
+        .await
+    }
+
+    /// Creates the missing days ahead of a partitioned store (see [`Store::partition`]); does
+    /// nothing to a store that is not partitioned.
+    pub async fn extend_partitions(
+        &self,
+        days_ahead: u32,
+        now: OffsetDateTime,
+    ) -> Result<Partitions> {
+        self.write(true, (), move |tx, ()| {
+            Box::pin(partition::extend(tx, days_ahead, now))
         })
         .await
     }

@@ -10,6 +10,7 @@ mod batches;
 mod checkpoint;
 mod forwards;
 mod harness;
+mod partitions;
 mod plans;
 mod privileges;
 mod queue;

@@ -1,6 +1,8 @@
 //! The deployment guide's least privileges on PostgreSQL: once the migrations ran as the
 //! tables' owner, an instance connected as a role that may only read and write them (no DDL,
-//! no CREATE on the schema) opens the store and does its whole job.
+//! no CREATE on the schema) opens the store and does its whole job, on a store the owner
+//! partitioned by day too (its purge deletes the rows of days it may not drop, and it leaves
+//! the days ahead to the owner).
 
 use oncegate_core::matrix::{Action, Confidence};
 use oncegate_store::testing::{pg_admin, TestDatabase};
@@ -35,16 +37,20 @@ async fn postgres_instances_need_only_read_and_write_privileges() {
         ))
         .await
         .unwrap();
-    drop(
-        oncegate_store::open(&db.url)
-            .await
-            .expect("the owner migrates"),
-    );
+    let now = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
+    let owner = oncegate_store::open(&db.url)
+        .await
+        .expect("the owner migrates");
+    let days = owner
+        .partition(10, now - Duration::days(5))
+        .await
+        .expect("the owner partitions");
+    assert!(days.converted && !days.created.is_empty());
+    drop(owner);
 
     let store = oncegate_store::open(&as_user(&db.url, &role))
         .await
         .expect("the traffic role opens an up-to-date store without DDL");
-    let now = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
     let id = store
         .journal(NewReception {
             tenant: "acme".into(),
@@ -106,6 +112,11 @@ async fn postgres_instances_need_only_read_and_write_privileges() {
         )
         .await
         .expect("the purge needs DELETE only");
+    let ahead = store
+        .extend_partitions(30, now)
+        .await
+        .expect("the days ahead are the owner's to create, not an error");
+    assert!(ahead.created.is_empty(), "{ahead:?}");
     store.report(&TenantFilter::All, now).await.unwrap();
     drop(store);
 

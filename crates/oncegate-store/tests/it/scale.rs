@@ -89,7 +89,7 @@ async fn unique_indexes(admin: &tokio_postgres::Client) -> BTreeMap<String, BTre
 /// Each table's sequential scans and each index's scans, as the statistics hold them once every
 /// other connection to the database has closed (a backend's counts reach the shared statistics
 /// when it exits).
-async fn scans(admin: &tokio_postgres::Client) -> BTreeMap<String, i64> {
+pub(crate) async fn scans(admin: &tokio_postgres::Client) -> BTreeMap<String, i64> {
     for _ in 0..100 {
         let others: i64 = admin
             .query_one(
