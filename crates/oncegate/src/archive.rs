@@ -20,6 +20,14 @@ pub struct ArchivedDelivery {
     _scratch: tempfile::TempDir,
 }
 
+impl std::fmt::Debug for ArchivedDelivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArchivedDelivery")
+            .field("scratch", &self._scratch.path())
+            .finish_non_exhaustive()
+    }
+}
+
 impl ArchivedDelivery {
     /// A gate over the scratch store that holds the archived delivery, to read it back with
     /// [`Gate::delivery_proof`].
@@ -34,7 +42,8 @@ impl ArchivedDelivery {
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
     /// use oncegate::ArchivedDelivery;
     /// let dir = tempfile::tempdir().unwrap();
-    /// let missing = ArchivedDelivery::open(dir.path(), &"dlv_01JD0000000000000000000000".parse().unwrap()).await;
+    /// let id = oncegate::core::ids::DeliveryId::from_u128(1);
+    /// let missing = ArchivedDelivery::open(dir.path(), &id).await;
     /// // An empty directory is no archive: it has no manifest.
     /// assert!(missing.unwrap_err().to_string().contains("manifest.json"));
     /// # });
