@@ -142,13 +142,7 @@ pub struct Report {
 type Group = (String, String, String, Option<String>);
 
 /// Past every id a store makes (the ULIDs' 48 bits of milliseconds reach the year 10889).
-const END_OF_TIME: OffsetDateTime = OffsetDateTime::new_utc(
-    match time::Date::from_ordinal_date(9999, 365) {
-        Ok(d) => d,
-        Err(_) => panic!("9999-12-31 is a date"),
-    },
-    time::Time::MIDNIGHT,
-);
+const END_OF_TIME: OffsetDateTime = time::PrimitiveDateTime::MAX.assume_utc();
 
 /// A report's period: from `since` (inclusive) to `until` (exclusive; `None`: now).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use crate::codes::{delivery_id_floor, duration_ms, from_ms, ms};
 use crate::error::StoreError;
 use crate::partition;
 use crate::schema;
-use crate::sql::{int, text, Dialect, Tx, Value};
+use crate::sql::{int, text, Dialect, Tx};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -73,7 +73,8 @@ pub(crate) async fn purge<T: Tx + Send>(
     let now_ms = ms(now);
     let payload_cutoff = now_ms.saturating_sub(duration_ms(policy.payload_retention));
     let proof_cutoff = now_ms.saturating_sub(duration_ms(policy.proof_retention));
-    let proof_floor = text(delivery_id_floor(from_ms(proof_cutoff)?));
+    let floor = delivery_id_floor(from_ms(proof_cutoff)?);
+    let proof_floor = text(floor.clone());
     let proof_cutoff = int(proof_cutoff);
     let mut counts = PurgeCounts {
         index_entries: tx
@@ -89,10 +90,6 @@ pub(crate) async fn purge<T: Tx + Send>(
     };
     // `$1` the cut-off time, `$2` its first delivery id; the statements that read no delivery
     // take the time alone.
-    let floor = match &proof_floor {
-        Value::Text(Some(f)) => f.clone(),
-        _ => String::new(),
-    };
     let cut = &[proof_cutoff, proof_floor];
     let cut_time = &cut[..1];
     // What hangs off a purgeable delivery goes first, while the delivery is there to name it.

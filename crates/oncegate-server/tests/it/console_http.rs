@@ -467,6 +467,19 @@ fn urlencode(s: &str) -> String {
         .collect()
 }
 
+/// Delivers payout `n`, a type without a contract: one open reconcile item each.
+async fn payout(http: &reqwest::Client, base: &str, n: u32) {
+    let r = http
+        .post(format!("{base}/v1/deliveries/acme/payflow/live"))
+        .bearer_auth(INGEST)
+        .header("content-type", "application/json")
+        .body(format!(r#"{{"type":"payout.sent","data":{{"n":{n}}}}}"#))
+        .send()
+        .await
+        .expect("a delivery post");
+    assert_eq!(r.status(), 200);
+}
+
 pub async fn console_a_thousand_item_queue_is_paged_and_fast(kind: Kind) {
     let s = Service::start(kind).await;
     // A thousand deliveries of a type without a contract: each is one open reconcile item.
@@ -475,15 +488,7 @@ pub async fn console_a_thousand_item_queue_is_paged_and_fast(kind: Kind) {
         let (http, base) = (s.http.clone(), s.base.clone());
         tasks.push(tokio::spawn(async move {
             for i in (worker..1000).step_by(8) {
-                let r = http
-                    .post(format!("{base}/v1/deliveries/acme/payflow/live"))
-                    .bearer_auth(INGEST)
-                    .header("content-type", "application/json")
-                    .body(format!(r#"{{"type":"payout.sent","data":{{"n":{i}}}}}"#))
-                    .send()
-                    .await
-                    .expect("a delivery post");
-                assert_eq!(r.status(), 200);
+                payout(&http, &base, i).await;
             }
         }));
     }
@@ -598,24 +603,10 @@ fn report_total(page: &str) -> u64 {
 
 pub async fn console_the_report_page_reads_a_day_unless_asked_for_more(kind: Kind) {
     let s = Service::start(kind).await;
-    let post = |n: u32| {
-        let (http, base) = (s.http.clone(), s.base.clone());
-        async move {
-            let r = http
-                .post(format!("{base}/v1/deliveries/acme/payflow/live"))
-                .bearer_auth(INGEST)
-                .header("content-type", "application/json")
-                .body(format!(r#"{{"type":"payout.sent","data":{{"n":{n}}}}}"#))
-                .send()
-                .await
-                .expect("a delivery post");
-            assert_eq!(r.status(), 200);
-        }
-    };
-    post(1).await;
+    payout(&s.http, &s.base, 1).await;
     s.advance(2 * 86_400);
-    post(2).await;
-    post(3).await;
+    payout(&s.http, &s.base, 2).await;
+    payout(&s.http, &s.base, 3).await;
     let mut c = Console::new(&s);
     assert_eq!(c.sign_in(OPERATOR).await.status, 303);
     for (query, received) in [

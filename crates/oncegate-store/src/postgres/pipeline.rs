@@ -46,8 +46,8 @@ impl Answer {
 
 type Pending<'a> = Pin<Box<dyn Future<Output = Result<Answer>> + Send + 'a>>;
 
-/// Sends `steps` on `client` in one round trip, after `begin` (the text that starts the
-/// transaction, if this round trip starts one) and before `COMMIT` (`commit`), and returns each
+/// Sends `steps` on `client` in one network exchange, after `begin` (the text that starts the
+/// transaction, if this exchange starts one) and before `COMMIT` (`commit`), and returns each
 /// statement's own answer, in order.
 ///
 /// Polling every future at once queues their messages back to back on the connection: each
