@@ -86,6 +86,10 @@ pub const OWN: &[(&str, &[&str])] = &[
         "partition",
         &["0    the tables are partitioned by day and the days asked for exist (a SQLite store, or a role that may not create tables: status 2)"],
     ),
+    (
+        "rollup",
+        &["0    every minute that ended more than two minutes ago is counted (another instance counting, or a transaction that outlived the wait: status 2)"],
+    ),
     ("archive", &["0    the subcommand succeeded; each one's --help lists its statuses"]),
     (
         "archive export",

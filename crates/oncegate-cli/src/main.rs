@@ -31,6 +31,7 @@ mod queue;
 mod reconcile;
 mod replay;
 mod report;
+mod rollup;
 mod salt;
 mod serve;
 mod store;
@@ -145,6 +146,8 @@ enum Command {
     },
     /// PostgreSQL: partition the journal and the proofs by day (once), and create the days ahead.
     Partition(partition::PartitionArgs),
+    /// Count the report's minute totals now (`serve` does in the background).
+    Rollup(rollup::RollupArgs),
     /// Archives of deliveries and their proofs: `archive export|verify`.
     Archive {
         #[command(subcommand)]
@@ -348,6 +351,7 @@ fn main() -> ExitCode {
         Command::Purge(args) => purge::main(args).map(|()| Status::Success),
         Command::Archive { command } => archive::main(command),
         Command::Partition(args) => partition::main(args).map(|()| Status::Success),
+        Command::Rollup(args) => rollup::main(args).map(|()| Status::Success),
         Command::Replay(args) => replay::main(args).map(|()| Status::Success),
         Command::Reconcile(args) => reconcile::main(args).map(|()| Status::Success),
         Command::Demo => runtime()

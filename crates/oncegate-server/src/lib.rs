@@ -278,6 +278,7 @@ pub async fn serve(
             lease_sweep: config.lease_sweep,
             purge_every: config.purge_every,
             purge_archive: config.purge_archive.clone(),
+            report_totals: oncegate::UpkeepSettings::default().report_totals,
             reconciler: config.reconciler,
             ca_file: config.ca_file.clone(),
             forwarder: oncegate::ForwarderSettings::default(),

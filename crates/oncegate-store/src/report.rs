@@ -9,7 +9,7 @@ use time::OffsetDateTime;
 use crate::codes::{delivery_id_floor, effect_id_floor, ms};
 use crate::delivery::TenantFilter;
 use crate::error::StoreError;
-use crate::sql::{int, text, Query, Row, Tx};
+use crate::sql::{int, text, Dialect, Query, Row, Tx};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -139,7 +139,8 @@ pub struct Report {
     pub total: ReportCounts,
 }
 
-type Group = (String, String, String, Option<String>);
+/// A report's group: tenant, provider, environment and event type.
+pub(crate) type Group = (String, String, String, Option<String>);
 
 /// Past every id a store makes (the ULIDs' 48 bits of milliseconds reach the year 10889).
 const END_OF_TIME: OffsetDateTime = time::PrimitiveDateTime::MAX.assume_utc();
@@ -168,7 +169,7 @@ impl Period {
     /// an open-ended range as a quarter of the table and then prefers walking an index in the
     /// grouping's order (`effects_resource`) through every row, 6.7 s for a day's report at 10M
     /// effects in the scale bench, where the closed range reads only the period's rows.
-    fn restrict_ids(&self, q: &mut Query, column: &str, floor: fn(OffsetDateTime) -> String) {
+    pub fn restrict_ids(&self, q: &mut Query, column: &str, floor: fn(OffsetDateTime) -> String) {
         let p = q.bind(text(floor(self.since)));
         q.push(&format!(" AND {column} >= {p}"));
         let until = self.until.unwrap_or(END_OF_TIME);
@@ -178,19 +179,43 @@ impl Period {
 }
 
 /// Restricts a count over table `alias` to rows whose `time` is in the period and to the
-/// tenants, and groups it by tenant, provider, environment and type.
-fn grouped(q: &mut Query, alias: &str, time: &str, tenants: &TenantFilter, period: Period) {
+/// tenants, and groups it by tenant, provider, environment and type (after the minute of
+/// `time` with `by_minute`).
+fn grouped(
+    q: &mut Query,
+    alias: &str,
+    time: &str,
+    tenants: &TenantFilter,
+    period: Period,
+    by_minute: bool,
+) {
     period.restrict(q, &format!("{alias}.{time}"));
     q.tenants(&format!("{alias}.tenant"), tenants);
+    let minute = if by_minute {
+        format!("{alias}.{time} / 60000, ")
+    } else {
+        String::new()
+    };
     q.push(&format!(
-        " GROUP BY {alias}.tenant, {alias}.provider, {alias}.env, {alias}.event_type"
+        " GROUP BY {minute}{alias}.tenant, {alias}.provider, {alias}.env, {alias}.event_type"
     ));
 }
 
-/// The deliveries of the period per group, with what their proofs decided.
-fn deliveries_query(tenants: &TenantFilter, period: Period) -> Query {
-    let mut q = Query::new(
-        "SELECT d.tenant, d.provider, d.env, d.event_type, COUNT(*), \
+/// The first columns of a grouped count: the minute of `time` with `by_minute`, then the group.
+fn group_columns(alias: &str, time: &str, by_minute: bool) -> String {
+    let minute = if by_minute {
+        format!("{alias}.{time} / 60000, ")
+    } else {
+        String::new()
+    };
+    format!("{minute}{alias}.tenant, {alias}.provider, {alias}.env, {alias}.event_type")
+}
+
+/// The deliveries of the period per group (per minute and group with `by_minute`), with what
+/// their proofs decided.
+pub(crate) fn deliveries_query(tenants: &TenantFilter, period: Period, by_minute: bool) -> Query {
+    let mut q = Query::new(&format!(
+        "SELECT {}, COUNT(*), \
          COUNT(CASE WHEN p.action = 'reject' THEN 1 END), \
          COUNT(CASE WHEN p.action = 'process' THEN 1 END), \
          COUNT(CASE WHEN p.action = 'ignore' AND p.layer = 'transport' THEN 1 END), \
@@ -198,50 +223,102 @@ fn deliveries_query(tenants: &TenantFilter, period: Period) -> Query {
          COUNT(CASE WHEN p.action = 'quarantine' THEN 1 END), \
          COUNT(CASE WHEN p.action = 'reconcile' THEN 1 END) \
          FROM deliveries d LEFT JOIN proofs p ON p.delivery_id = d.id WHERE 1 = 1",
-    );
+        group_columns("d", "received_at", by_minute)
+    ));
     // The period as a range of delivery ids, on the primary key (`codes::delivery_id_floor`).
     period.restrict_ids(&mut q, "d.id", delivery_id_floor);
-    grouped(&mut q, "d", "received_at", tenants, period);
+    grouped(&mut q, "d", "received_at", tenants, period, by_minute);
     q
 }
 
-/// The effects created in the period per group, by state.
-fn effects_query(tenants: &TenantFilter, period: Period) -> Query {
-    let mut q = Query::new(
-        "SELECT e.tenant, e.provider, e.env, e.event_type, \
+/// The effects created in the period per group (per minute and group with `by_minute`), by
+/// state.
+pub(crate) fn effects_query(tenants: &TenantFilter, period: Period, by_minute: bool) -> Query {
+    let mut q = Query::new(&format!(
+        "SELECT {}, \
          COUNT(CASE WHEN e.state = 'completed' THEN 1 END), \
          COUNT(CASE WHEN e.state IN ('failed', 'failed_retryable') THEN 1 END), \
          COUNT(CASE WHEN e.state = 'unknown' THEN 1 END) \
          FROM effects e WHERE 1 = 1",
-    );
+        group_columns("e", "created_at", by_minute)
+    ));
     // The period as a range of effect ids, on the primary key, as for the deliveries.
     period.restrict_ids(&mut q, "e.id", effect_id_floor);
-    grouped(&mut q, "e", "created_at", tenants, period);
+    grouped(&mut q, "e", "created_at", tenants, period, by_minute);
     q
 }
 
-/// Aggregates deliveries received in the period, and what became of them, per group.
+/// The group named by a row's columns from `at`.
+pub(crate) fn group_at(r: &Row, at: usize) -> Result<Group> {
+    Ok((
+        r.text(at)?,
+        r.text(at + 1)?,
+        r.text(at + 2)?,
+        r.opt_text(at + 3)?,
+    ))
+}
+
+fn count(r: &Row, i: usize) -> Result<u64> {
+    Ok(r.int(i)?.max(0) as u64)
+}
+
+/// Adds a row of `deliveries_query` (its counts from column `at`) to `c`.
+pub(crate) fn add_deliveries(c: &mut ReportCounts, r: &Row, at: usize) -> Result<()> {
+    c.received += count(r, at)?;
+    c.rejected += count(r, at + 1)?;
+    c.processed += count(r, at + 2)?;
+    c.ignored_transport += count(r, at + 3)?;
+    c.ignored_effect += count(r, at + 4)?;
+    c.quarantined += count(r, at + 5)?;
+    c.reconcile += count(r, at + 6)?;
+    Ok(())
+}
+
+/// Adds a row of `effects_query` (its counts from column `at`) to `c`.
+pub(crate) fn add_effects(c: &mut ReportCounts, r: &Row, at: usize) -> Result<()> {
+    c.effects_completed += count(r, at)?;
+    c.effects_failed += count(r, at + 1)?;
+    c.effects_unknown += count(r, at + 2)?;
+    Ok(())
+}
+
+/// Counts the deliveries and effects of `period` from their rows into `groups`.
+async fn count_rows<T: Tx + Send>(
+    tx: &mut T,
+    tenants: &TenantFilter,
+    period: Period,
+    groups: &mut BTreeMap<Group, ReportCounts>,
+) -> Result<()> {
+    let q = deliveries_query(tenants, period, false);
+    for r in tx.query(&q.sql, &q.params).await? {
+        add_deliveries(groups.entry(group_at(&r, 0)?).or_default(), &r, 4)?;
+    }
+    let q = effects_query(tenants, period, false);
+    for r in tx.query(&q.sql, &q.params).await? {
+        add_effects(groups.entry(group_at(&r, 0)?).or_default(), &r, 4)?;
+    }
+    Ok(())
+}
+
+/// Aggregates deliveries received in the period, and what became of them, per group: the
+/// minutes the store has counted (`rollup`) from their totals, the rest from their rows.
 pub(crate) async fn build<T: Tx + Send>(
     tx: &mut T,
     tenants: &TenantFilter,
     period: Period,
 ) -> Result<Report> {
+    if tx.dialect() == Dialect::Postgres {
+        // One snapshot for every statement below: the totals and the rows they leave out must
+        // not see a count committed between them.
+        tx.exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", &[])
+            .await?;
+    }
     let mut groups: BTreeMap<Group, ReportCounts> = BTreeMap::new();
-    let group =
-        |r: &Row| -> Result<Group> { Ok((r.text(0)?, r.text(1)?, r.text(2)?, r.opt_text(3)?)) };
-    let count = |r: &Row, i: usize| -> Result<u64> { Ok(r.int(i)?.max(0) as u64) };
-
-    let q = deliveries_query(tenants, period);
-    for r in tx.query(&q.sql, &q.params).await? {
-        let c = groups.entry(group(&r)?).or_default();
-        c.received = count(&r, 4)?;
-        c.rejected = count(&r, 5)?;
-        c.processed = count(&r, 6)?;
-        c.ignored_transport = count(&r, 7)?;
-        c.ignored_effect = count(&r, 8)?;
-        c.quarantined = count(&r, 9)?;
+    for part in crate::rollup::add_totals(tx, tenants, period, &mut groups).await? {
+        count_rows(tx, tenants, part, &mut groups).await?;
+    }
+    for c in groups.values_mut() {
         c.collisions = c.quarantined;
-        c.reconcile = count(&r, 10)?;
     }
 
     let mut q = Query::new(
@@ -249,19 +326,11 @@ pub(crate) async fn build<T: Tx + Send>(
          COUNT(CASE WHEN q.status = 'open' THEN 1 END), COUNT(CASE WHEN q.status = 'resolved' THEN 1 END) \
          FROM queue_items q WHERE q.kind = 'reconcile'",
     );
-    grouped(&mut q, "q", "created_at", tenants, period);
+    grouped(&mut q, "q", "created_at", tenants, period, false);
     for r in tx.query(&q.sql, &q.params).await? {
-        let c = groups.entry(group(&r)?).or_default();
+        let c = groups.entry(group_at(&r, 0)?).or_default();
         c.reconcile_pending = count(&r, 4)?;
         c.reconcile_resolved = count(&r, 5)?;
-    }
-
-    let q = effects_query(tenants, period);
-    for r in tx.query(&q.sql, &q.params).await? {
-        let c = groups.entry(group(&r)?).or_default();
-        c.effects_completed = count(&r, 4)?;
-        c.effects_failed = count(&r, 5)?;
-        c.effects_unknown = count(&r, 6)?;
     }
 
     for (g, n) in crate::reconciliation::missing_counts(tx, tenants, period).await? {
@@ -364,8 +433,8 @@ mod tests {
         for until in [None, Some(since + time::Duration::days(1))] {
             let period = Period { since, until };
             for (table, q) in [
-                ("e", effects_query(&TenantFilter::All, period)),
-                ("d", deliveries_query(&TenantFilter::All, period)),
+                ("e", effects_query(&TenantFilter::All, period, false)),
+                ("d", deliveries_query(&TenantFilter::All, period, false)),
             ] {
                 let plan = plan(&conn, &q);
                 assert!(

@@ -52,6 +52,21 @@ const PURGEABLE_DELIVERIES: &str =
     "SELECT d.id FROM deliveries d WHERE d.id < $2 AND d.received_at < $1 \
      AND NOT EXISTS (SELECT 1 FROM queue_items q WHERE q.delivery_id = d.id AND q.status = 'open')";
 
+/// The minutes from the time of delivery id `from` to that of `to` (a day partition's bounds),
+/// as the report's totals number them.
+fn minutes_between(from: &str, to: &str) -> Result<std::ops::Range<i64>> {
+    let time = |id: &str| -> Result<i64> {
+        let ulid = id
+            .split_once('_')
+            .and_then(|(_, u)| ulid::Ulid::from_string(&u.to_ascii_uppercase()).ok())
+            .ok_or_else(|| {
+                StoreError::corrupt(format!("partition bound {id} is not a delivery id"))
+            })?;
+        Ok(ulid.timestamp_ms() as i64)
+    };
+    Ok(time(from)?.div_euclid(60_000)..(time(to)? + 59_999).div_euclid(60_000))
+}
+
 /// How many rows a partition holds, counted before it is dropped.
 async fn rows_of<T: Tx + Send>(tx: &mut T, partition: &str) -> Result<u64> {
     let rows = tx
@@ -101,6 +116,8 @@ pub(crate) async fn purge<T: Tx + Send>(
     counts.queue_items = tx
         .exec(&format!("DELETE FROM queue_items WHERE status = 'resolved' AND delivery_id IN ({PURGEABLE_DELIVERIES})"), cut)
         .await?;
+    // The minutes of the report's totals that lose rows here (see `rollup`).
+    let mut gone = std::collections::BTreeSet::new();
     // A partitioned store drops each day past the cut whole, journal and proofs, unless an
     // open queue item still needs one of its deliveries (that day is purged row by row below).
     for day in partition::days_before(tx, &floor).await? {
@@ -115,6 +132,7 @@ pub(crate) async fn purge<T: Tx + Send>(
         }
         counts.proofs += rows_of(tx, &day.proofs).await?;
         counts.deliveries += rows_of(tx, &day.deliveries).await?;
+        gone.extend(minutes_between(&day.from, &day.to)?);
         tx.exec(&schema::drop_partition(&day.proofs), &[]).await?;
         tx.exec(&schema::drop_partition(&day.deliveries), &[])
             .await?;
@@ -125,23 +143,35 @@ pub(crate) async fn purge<T: Tx + Send>(
             cut,
         )
         .await?;
-    counts.deliveries += tx
-        .exec(
-            &format!("DELETE FROM deliveries WHERE id IN ({PURGEABLE_DELIVERIES})"),
+    let deleted = tx
+        .query(
+            &format!(
+                "DELETE FROM deliveries WHERE id IN ({PURGEABLE_DELIVERIES}) RETURNING received_at / 60000"
+            ),
             cut,
         )
         .await?;
+    counts.deliveries += deleted.len() as u64;
+    for r in &deleted {
+        gone.insert(r.int(0)?);
+    }
     // Durable effects keep their identity forever; others go once nothing refers to them and
     // no reservation or claim is in flight.
-    counts.effects = tx
-        .exec(
+    let deleted = tx
+        .query(
             "DELETE FROM effects WHERE durable = FALSE AND state NOT IN ('reserved', 'released') AND updated_at < $1 \
              AND NOT EXISTS (SELECT 1 FROM links l WHERE l.effect_id = effects.id) \
              AND NOT EXISTS (SELECT 1 FROM proofs p WHERE p.effect_id = effects.id) \
-             AND NOT EXISTS (SELECT 1 FROM queue_items q WHERE q.existing_effect = effects.id AND q.status = 'open')",
+             AND NOT EXISTS (SELECT 1 FROM queue_items q WHERE q.existing_effect = effects.id AND q.status = 'open') \
+             RETURNING created_at / 60000",
             cut_time,
         )
         .await?;
+    counts.effects = deleted.len() as u64;
+    for r in &deleted {
+        gone.insert(r.int(0)?);
+    }
+    crate::rollup::mark_stale(tx, gone).await?;
     // Counters and settled sightings are observations, not proofs: past the proof retention
     // they explain nothing anyone can still ask about. Without this they would only grow.
     counts.observations = tx

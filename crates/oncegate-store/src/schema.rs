@@ -9,6 +9,8 @@
 //! reserved, or released, effects), so the many settled effects never weigh on them. No foreign keys: purge removes rows in a fixed order instead, and
 //! distributed engines handle them with extra round trips we do not need.
 
+use crate::sql::Dialect;
+
 /// The highest schema version this binary knows: the last migration's, so adding a migration
 /// is the only edit a new version needs.
 pub(crate) fn known_version() -> i64 {
@@ -174,10 +176,22 @@ pub(crate) fn partition_table(
     first: &str,
 ) -> Vec<String> {
     let history = format!("{table}_history");
-    let mut sql = vec![
+    // A row trigger of the partitioned table is cloned onto each partition, the history's
+    // included, which must then not have one of the same name.
+    let triggers = if table == "deliveries" {
+        late_triggers(table, Dialect::Postgres)
+    } else {
+        Vec::new()
+    };
+    let mut sql: Vec<String> = triggers
+        .iter()
+        .filter_map(|t| t.split_whitespace().nth(2))
+        .map(|name| format!("DROP TRIGGER IF EXISTS {name} ON {table}"))
+        .collect();
+    sql.extend([
         format!("ALTER TABLE {table} RENAME TO {history}"),
         format!("ALTER TABLE {history} RENAME CONSTRAINT {table}_pkey TO {history}_pkey"),
-    ];
+    ]);
     for (name, _) in indexes {
         let renamed = match name.strip_prefix(table) {
             Some(rest) => format!("{history}{rest}"),
@@ -193,6 +207,7 @@ pub(crate) fn partition_table(
     ));
     // Each definition was read before the rename: it names the table, now the partitioned one.
     sql.extend(indexes.iter().map(|(_, def)| def.clone()));
+    sql.extend(triggers);
     sql.push(format!(
         "ALTER TABLE {table} ATTACH PARTITION {history} FOR VALUES FROM (MINVALUE) TO ('{first}')"
     ));
@@ -227,6 +242,7 @@ pub(crate) fn sqlite() -> Vec<(i64, String)> {
         (8, SQLITE_CLUSTERED.to_owned()),
         (9, TIME_BY_ID.to_owned()),
         (10, format!("{LINKS_IN_PROOFS}{SQLITE_CLUSTERED_DECISIONS}")),
+        (11, report_totals(Dialect::Sqlite)),
     ]
 }
 
@@ -245,7 +261,96 @@ pub(crate) fn postgres() -> Vec<(i64, String)> {
         (8, "SELECT 1".to_owned()),
         (9, TIME_BY_ID.to_owned()),
         (10, LINKS_IN_PROOFS.to_owned()),
+        (11, report_totals(Dialect::Postgres)),
     ]
+}
+
+/// Version 11: the report's minute totals (see `rollup`). `report_minutes` holds each counted
+/// minute's figures per group, `report_rolled` the minutes counted, `report_stale` the minutes
+/// a write changed since (with how many writes, so a count never clears a mark it did not
+/// see). A write to a row older than `rollup::LATE_MS` marks its minute, from a trigger, so no
+/// write path can forget to: a late journal entry, an effect created late, an effect whose
+/// state changes late. A proof needs none: only a minute whose deliveries all have one is
+/// counted, and a delivery has one proof at most. Retention marks what it removes itself.
+fn report_totals(dialect: Dialect) -> String {
+    let (clustered, tail) = match dialect {
+        Dialect::Sqlite => (" WITHOUT ROWID", String::new()),
+        Dialect::Postgres => ("", format!("{PG_STALE_FUNCTIONS}\n")),
+    };
+    let mut sql = format!(
+        "CREATE TABLE IF NOT EXISTS report_minutes (minute BIGINT NOT NULL, tenant TEXT NOT NULL, \
+         provider TEXT NOT NULL, env TEXT NOT NULL, event_type TEXT, received BIGINT NOT NULL, \
+         rejected BIGINT NOT NULL, processed BIGINT NOT NULL, ignored_transport BIGINT NOT NULL, \
+         ignored_effect BIGINT NOT NULL, quarantined BIGINT NOT NULL, reconcile BIGINT NOT NULL, \
+         effects_completed BIGINT NOT NULL, effects_failed BIGINT NOT NULL, effects_unknown BIGINT NOT NULL);\n\
+         CREATE INDEX IF NOT EXISTS report_minutes_minute ON report_minutes (minute);\n\
+         CREATE TABLE IF NOT EXISTS report_rolled (minute BIGINT PRIMARY KEY){clustered};\n\
+         CREATE TABLE IF NOT EXISTS report_stale (minute BIGINT PRIMARY KEY, changes BIGINT NOT NULL){clustered};\n{tail}"
+    );
+    for table in ["deliveries", "effects"] {
+        for trigger in late_triggers(table, dialect) {
+            sql.push_str(&trigger);
+            sql.push_str(";\n");
+        }
+    }
+    sql
+}
+
+/// PostgreSQL's trigger functions: the minute of the row's time marked stale.
+const PG_STALE_FUNCTIONS: &str = "\
+CREATE OR REPLACE FUNCTION report_stale_received() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+INSERT INTO report_stale (minute, changes) VALUES (NEW.received_at / 60000, 1) \
+ON CONFLICT (minute) DO UPDATE SET changes = report_stale.changes + 1; RETURN NULL; END $$;
+CREATE OR REPLACE FUNCTION report_stale_created() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+INSERT INTO report_stale (minute, changes) VALUES (NEW.created_at / 60000, 1) \
+ON CONFLICT (minute) DO UPDATE SET changes = report_stale.changes + 1; RETURN NULL; END $$;";
+
+/// The triggers that mark a minute of the report stale when `table` (`deliveries` or
+/// `effects`) is written late (see `report_totals`). The condition reads the database's own
+/// clock when the row is written (PostgreSQL's `clock_timestamp()`, not the transaction's
+/// start), which is what the count's bound is read against (`rollup`).
+pub(crate) fn late_triggers(table: &str, dialect: Dialect) -> Vec<String> {
+    let late = crate::rollup::LATE_MS;
+    let now = match dialect {
+        Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+        Dialect::Postgres => "(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+    };
+    let events: &[(&str, &str, &str)] = match table {
+        "deliveries" => &[("deliveries_late", "INSERT", "NEW.received_at")],
+        _ => &[
+            ("effects_late", "INSERT", "NEW.created_at"),
+            ("effects_late_state", "UPDATE OF state", "NEW.created_at"),
+        ],
+    };
+    events
+        .iter()
+        .map(|(name, event, column)| {
+            let changed = if event.starts_with("UPDATE") {
+                "NEW.state <> OLD.state AND "
+            } else {
+                ""
+            };
+            let when = format!("{changed}{column} < {now} - {late}");
+            match dialect {
+                Dialect::Sqlite => format!(
+                    "CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {table} WHEN {when} BEGIN \
+                     INSERT INTO report_stale (minute, changes) VALUES ({column} / 60000, 1) \
+                     ON CONFLICT (minute) DO UPDATE SET changes = changes + 1; END"
+                ),
+                Dialect::Postgres => {
+                    let function = if *column == "NEW.received_at" {
+                        "report_stale_received"
+                    } else {
+                        "report_stale_created"
+                    };
+                    format!(
+                        "CREATE TRIGGER {name} AFTER {event} ON {table} FOR EACH ROW WHEN ({when}) \
+                         EXECUTE FUNCTION {function}()"
+                    )
+                }
+            }
+        })
+        .collect()
 }
 
 /// Version 10: a decision's link to its effect is a column of its proof, not a row of

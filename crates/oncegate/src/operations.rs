@@ -8,7 +8,7 @@ use oncegate_core::ids::{DeliveryId, EffectId, QueueItemId};
 use oncegate_core::matrix::Action;
 use oncegate_store::{
     Breaker, BreakerScope, DeliveryItems, ForwardRecord, Partitions, PurgeCounts, QueueFilter,
-    QueueItem, QueueRef, Resolution, StoreError, TenantFilter,
+    QueueItem, QueueRef, Resolution, RollUp, StoreError, TenantFilter,
 };
 
 use crate::gate::Gate;
@@ -251,5 +251,47 @@ impl Gate {
             "time partitions"
         );
         Ok(made)
+    }
+
+    /// Counts the report's minute totals until every minute that ended more than two minutes
+    /// ago is counted, the stale ones again (see [`oncegate_store::Store::roll_up`]); the
+    /// upkeep does this in the background, and a large store counted once up front (after an
+    /// upgrade, say) lets the upkeep keep up with new minutes only. `busy` when another
+    /// instance is counting, or a transaction in progress outlived the wait.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let contract = oncegate_core::contract::parse(
+    ///     "oncegate.toml",
+    ///     include_str!("../../../examples/oncegate.toml"),
+    /// )
+    /// .unwrap();
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let url = format!("sqlite://{}", dir.path().join("oncegate.db").display());
+    /// let gate = oncegate::Gate::open(contract, &url, b"salt".to_vec()).await.unwrap();
+    /// let counted = gate.count_report_totals().await.unwrap();
+    /// assert!(counted.caught_up && !counted.busy);
+    /// # });
+    /// ```
+    pub async fn count_report_totals(&self) -> Result<RollUp, StoreError> {
+        let mut all = RollUp::default();
+        loop {
+            let done = self.store().roll_up(1440).await?;
+            all.minutes += done.minutes;
+            all.recounted += done.recounted;
+            all.deliveries += done.deliveries;
+            if done.busy || done.caught_up {
+                all.busy = done.busy;
+                all.caught_up = done.caught_up;
+                tracing::info!(
+                    minutes = all.minutes,
+                    recounted = all.recounted,
+                    deliveries = all.deliveries,
+                    busy = all.busy,
+                    "report totals counted"
+                );
+                return Ok(all);
+            }
+        }
     }
 }

@@ -28,6 +28,10 @@ pub struct UpkeepSettings {
     /// first writes and verifies an archive in a new directory below this one (see
     /// [`Gate::purge_archived`]); `None` purges without archiving.
     pub purge_archive: Option<PathBuf>,
+    /// How often the report's minute totals are counted (see
+    /// [`oncegate_store::Store::roll_up`]); `None` never does, and every report counts its
+    /// whole period from the rows.
+    pub report_totals: Option<Duration>,
     /// The reconciler worker and its authority policy (`every: None` turns it off).
     pub reconciler: ReconcilerSettings,
     /// An extra CA certificate file (PEM) every authority's HTTPS connection trusts, and the
@@ -38,12 +42,14 @@ pub struct UpkeepSettings {
 }
 
 impl Default for UpkeepSettings {
-    /// Lease sweep on, an hourly purge, the reconciler polling every 30 s.
+    /// Lease sweep on, an hourly purge, the report's totals counted every 30 s, the
+    /// reconciler polling every 30 s.
     fn default() -> Self {
         UpkeepSettings {
             lease_sweep: true,
             purge_every: Some(Duration::from_secs(3600)),
             purge_archive: None,
+            report_totals: Some(Duration::from_secs(30)),
             reconciler: ReconcilerSettings::default(),
             ca_file: None,
             forwarder: ForwarderSettings::default(),
@@ -120,6 +126,9 @@ impl Gate {
         if settings.reconciler.every.is_some() {
             tasks.extend(self.store().listen_for_queued(self.wake().clone()));
         }
+        if let Some(every) = settings.report_totals {
+            tasks.push(tokio::spawn(report_totals(self.clone(), every)));
+        }
         if let Some(every) = settings.purge_every {
             tasks.push(tokio::spawn(crate::purge::run(
                 self.clone(),
@@ -145,6 +154,36 @@ pub fn check_authorities(
         ca_file,
     )
     .map(drop)
+}
+
+/// The deliveries one call of the report's count should read at most: SQLite counts in the
+/// writer's transaction, so each call is kept to a few tens of milliseconds.
+const TOTALS_DELIVERIES_PER_CALL: u64 = 20_000;
+
+/// The report's minute totals, counted every `every` until caught up. Each call counts as
+/// many minutes as held about `TOTALS_DELIVERIES_PER_CALL` deliveries the call before.
+async fn report_totals(gate: Gate, every: Duration) {
+    let mut tick = tokio::time::interval(every.max(Duration::from_secs(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut width: u64 = 60;
+    loop {
+        tick.tick().await;
+        loop {
+            match gate.store().roll_up(width as u32).await {
+                Ok(done) => {
+                    let per_minute = done.deliveries / (done.minutes + done.recounted).max(1);
+                    width = (TOTALS_DELIVERIES_PER_CALL / per_minute.max(1)).clamp(1, 1440);
+                    if done.caught_up || done.busy {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "report totals not counted");
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// Expired leases become `unknown` and missed decisions are recorded.

@@ -23,7 +23,7 @@ fn fails(args: &[&str], status: i32) -> String {
 
 /// Refund `n` delivered through a gate whose clock reads `at`; an effect to run is run and
 /// its result recorded.
-async fn refund(url: &str, at: OffsetDateTime, n: u32) -> String {
+pub(crate) async fn refund(url: &str, at: OffsetDateTime, n: u32) -> String {
     let contract = oncegate_core::contract::parse(
         "oncegate.toml",
         &std::fs::read_to_string(CONTRACT).unwrap(),

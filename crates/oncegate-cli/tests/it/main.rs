@@ -20,6 +20,7 @@ mod queue;
 mod readme;
 mod reconcile;
 mod replica;
+mod rollup;
 mod safety;
 mod serve;
 mod service;

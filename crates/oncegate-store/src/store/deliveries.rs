@@ -54,6 +54,30 @@ impl Store {
         .await
     }
 
+    /// Counts the report's minute totals: the minutes that ended more than two minutes ago and
+    /// are not counted yet (at most `max_minutes`, oldest first), and again those a late write
+    /// or retention changed since. A report reads a counted minute's totals instead of its
+    /// rows; the upkeep calls this in the background. Idempotent, and safe beside other
+    /// instances (PostgreSQL: one counts at a time; the others answer `busy`).
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use oncegate_store::testing::TestDatabase;
+    ///
+    /// let db = TestDatabase::sqlite();
+    /// let store = oncegate_store::open(&db.url).await.unwrap();
+    /// // An empty store has nothing to count.
+    /// let done = store.roll_up(60).await.unwrap();
+    /// assert_eq!((done.minutes, done.caught_up), (0, true));
+    /// # });
+    /// ```
+    pub async fn roll_up(&self, max_minutes: u32) -> Result<crate::RollUp> {
+        self.write(true, (), move |tx, ()| {
+            Box::pin(crate::rollup::roll_up(tx, i64::from(max_minutes.max(1))))
+        })
+        .await
+    }
+
     /// Applies the retention rules; with `dry_run` only counts what would go (the same work,
     /// rolled back, so its counts are exact).
     pub async fn purge(

@@ -20,6 +20,7 @@ mod safety;
 mod scale;
 mod scenarios;
 mod shadows;
+mod totals;
 
 /// Instantiates each scenario once per backend, as `sqlite::<name>` and `postgres::<name>`.
 macro_rules! conformance {
@@ -214,4 +215,9 @@ mod forwards_on {
         an_interrupted_critical_attempt_is_verified_never_resent,
         a_dead_letter_is_resent_with_a_fresh_series,
     );
+}
+
+/// The report's minute totals, as `totals_on::{sqlite,postgres,postgres_serializable}::<name>`.
+mod totals_on {
+    conformance_of!(totals; totals_read_as_the_rows_and_follow_late_writes);
 }

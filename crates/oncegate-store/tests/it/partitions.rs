@@ -20,7 +20,7 @@ fn day(t: OffsetDateTime) -> String {
 
 /// Delivery `n` (strong transport key `evt_n`) received and decided at `at` under `key` with
 /// this amount; a reserved effect is completed at once.
-async fn deliver(
+pub(crate) async fn deliver(
     store: &Arc<Store>,
     n: usize,
     at: OffsetDateTime,
