@@ -42,14 +42,14 @@ pub struct UpkeepSettings {
 }
 
 impl Default for UpkeepSettings {
-    /// Lease sweep on, an hourly purge, the report's totals counted every 30 s, the
+    /// Lease sweep on, an hourly purge, the report's totals counted every 10 s, the
     /// reconciler polling every 30 s.
     fn default() -> Self {
         UpkeepSettings {
             lease_sweep: true,
             purge_every: Some(Duration::from_secs(3600)),
             purge_archive: None,
-            report_totals: Some(Duration::from_secs(30)),
+            report_totals: Some(Duration::from_secs(10)),
             reconciler: ReconcilerSettings::default(),
             ca_file: None,
             forwarder: ForwarderSettings::default(),
@@ -156,32 +156,14 @@ pub fn check_authorities(
     .map(drop)
 }
 
-/// The deliveries one call of the report's count should read at most: SQLite counts in the
-/// writer's transaction, so each call is kept to a few tens of milliseconds.
-const TOTALS_DELIVERIES_PER_CALL: u64 = 20_000;
-
-/// The report's minute totals, counted every `every` until caught up. Each call counts as
-/// many minutes as held about `TOTALS_DELIVERIES_PER_CALL` deliveries the call before.
+/// The report's minute totals, counted every `every` until caught up.
 async fn report_totals(gate: Gate, every: Duration) {
     let mut tick = tokio::time::interval(every.max(Duration::from_secs(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut width: u64 = 60;
     loop {
         tick.tick().await;
-        loop {
-            match gate.store().roll_up(width as u32).await {
-                Ok(done) => {
-                    let per_minute = done.deliveries / (done.minutes + done.recounted).max(1);
-                    width = (TOTALS_DELIVERIES_PER_CALL / per_minute.max(1)).clamp(1, 1440);
-                    if done.caught_up || done.busy {
-                        break;
-                    }
-                }
-                Err(error) => {
-                    tracing::debug!(%error, "report totals not counted");
-                    break;
-                }
-            }
+        if let Err(error) = gate.count_report_totals().await {
+            tracing::debug!(%error, "report totals not counted");
         }
     }
 }

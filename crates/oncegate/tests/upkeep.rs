@@ -151,3 +151,47 @@ async fn the_background_purge_archives_what_it_removes_first() {
     assert!(gate.delivery_proof(&recent, &all).await.unwrap().is_some());
     db.cleanup().await;
 }
+
+/// A gate whose clock reads `at`, on the store at `url`, with the example contract.
+async fn gate_at(url: &str, at: time::OffsetDateTime) -> Gate {
+    let store = oncegate_store::open(url).await.unwrap();
+    let contract = oncegate_core::contract::parse(
+        "examples/oncegate.toml",
+        include_str!("../../../examples/oncegate.toml"),
+    )
+    .unwrap();
+    let mut config = GateConfig::new(Arc::new(contract), store, b"salt".to_vec());
+    config.clock = Arc::new(move || at);
+    Gate::new(config)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upkeep_counts_the_reports_totals_unless_told_not_to() {
+    let hour_ago = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
+    for every in [None, Some(Duration::from_secs(1))] {
+        let db = TestDatabase::sqlite();
+        let gate = gate_at(&db.url, hour_ago).await;
+        abandoned(&gate, "RR-1").await;
+        let upkeep = gate
+            .upkeep(UpkeepSettings {
+                lease_sweep: false,
+                purge_every: None,
+                report_totals: every,
+                reconciler: ReconcilerSettings {
+                    every: None,
+                    ..ReconcilerSettings::default()
+                },
+                ..UpkeepSettings::default()
+            })
+            .unwrap();
+        // The first count runs as the upkeep starts; an hour of minutes takes milliseconds.
+        tokio::time::sleep(Duration::from_millis(2_000)).await;
+        drop(upkeep);
+        let left = gate.count_report_totals().await.unwrap();
+        assert!(left.caught_up, "{left:?}");
+        match every {
+            None => assert!(left.minutes >= 58, "nothing was counted before: {left:?}"),
+            Some(_) => assert_eq!(left.minutes, 0, "the upkeep counted them all: {left:?}"),
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! tables' owner, an instance connected as a role that may only read and write them (no DDL,
 //! no CREATE on the schema) opens the store and does its whole job, on a store the owner
 //! partitioned by day too (its purge deletes the rows of days it may not drop, and it leaves
-//! the days ahead to the owner).
+//! the days ahead to the owner), and counts the report's totals.
 
 use oncegate_core::matrix::{Action, Confidence};
 use oncegate_store::testing::{pg_admin, TestDatabase};
@@ -117,6 +117,11 @@ async fn postgres_instances_need_only_read_and_write_privileges() {
         .await
         .expect("the days ahead are the owner's to create, not an error");
     assert!(ahead.created.is_empty(), "{ahead:?}");
+    // Its writes dated in the past marked their minutes from the triggers (as this role), and
+    // it counts the report's totals: an advisory lock, its own transaction id, the tables.
+    // The purge removed every row, so what is left to count is the minute it marked.
+    let counted = store.roll_up(1440).await.expect("the count needs DML only");
+    assert!(!counted.busy && counted.recounted == 1, "{counted:?}");
     store.report(&TenantFilter::All, now).await.unwrap();
     drop(store);
 
