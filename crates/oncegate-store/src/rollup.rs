@@ -375,24 +375,40 @@ pub(crate) async fn add_totals<T: Tx + Send>(
     if first >= last {
         return Ok(vec![period]);
     }
-    let fresh = "NOT EXISTS (SELECT 1 FROM report_stale s WHERE s.minute = r.minute)";
+    // The counted minutes that are not stale, as runs: the first and last minute of each (a
+    // month is 43,200 minutes, and the runs are a handful).
     let rows = tx
         .query(
-            &format!(
-                "SELECT r.minute FROM report_rolled r WHERE r.minute >= $1 AND r.minute < $2 AND {fresh} \
-                 ORDER BY r.minute"
-            ),
+            "SELECT minute, CASE WHEN prev IS NULL OR prev <> minute - 1 THEN 1 ELSE 0 END, \
+             CASE WHEN next IS NULL OR next <> minute + 1 THEN 1 ELSE 0 END FROM (\
+             SELECT r.minute, LAG(r.minute) OVER (ORDER BY r.minute) AS prev, \
+             LEAD(r.minute) OVER (ORDER BY r.minute) AS next FROM report_rolled r \
+             WHERE r.minute >= $1 AND r.minute < $2 \
+             AND NOT EXISTS (SELECT 1 FROM report_stale s WHERE s.minute = r.minute)) runs \
+             WHERE prev IS NULL OR prev <> minute - 1 OR next IS NULL OR next <> minute + 1 \
+             ORDER BY minute",
             &[int(first), int(last)],
         )
         .await?;
-    let counted: Vec<i64> = rows.iter().map(|r| r.int(0)).collect::<Result<_>>()?;
-    if counted.is_empty() {
+    let mut runs: Vec<(i64, i64)> = Vec::new();
+    for r in &rows {
+        let (minute, starts, ends) = (r.int(0)?, r.int(1)? == 1, r.int(2)? == 1);
+        if starts {
+            runs.push((minute, minute));
+        }
+        if ends {
+            if let Some(run) = runs.last_mut() {
+                run.1 = minute;
+            }
+        }
+    }
+    if runs.is_empty() {
         return Ok(vec![period]);
     }
+    // A minute has totals only while it is counted (`count` writes both, and replaces both).
     let mut q = Query::new(&format!(
         "SELECT m.tenant, m.provider, m.env, m.event_type, {} \
          FROM report_minutes m WHERE m.minute >= $1 AND m.minute < $2 \
-         AND EXISTS (SELECT 1 FROM report_rolled r WHERE r.minute = m.minute) \
          AND NOT EXISTS (SELECT 1 FROM report_stale s WHERE s.minute = m.minute)",
         sums()
     ));
@@ -406,18 +422,18 @@ pub(crate) async fn add_totals<T: Tx + Send>(
         report::add_effects(c, &r, 11)?;
     }
 
-    // What the counted minutes leave: runs of milliseconds between them, and the edges.
+    // What the counted runs leave: the milliseconds between them, and the edges.
     let mut parts = Vec::new();
     let mut cursor = since;
-    for m in counted {
-        let start = m * MINUTE_MS;
+    for (start, end) in runs {
+        let start = start * MINUTE_MS;
         if start > cursor {
             parts.push(Period {
                 since: from_ms(cursor)?,
                 until: Some(from_ms(start)?),
             });
         }
-        cursor = start + MINUTE_MS;
+        cursor = (end + 1) * MINUTE_MS;
     }
     parts.push(Period {
         since: from_ms(cursor)?,
