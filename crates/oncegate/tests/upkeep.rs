@@ -190,7 +190,8 @@ async fn the_upkeep_counts_the_reports_totals_unless_told_not_to() {
         let left = gate.count_report_totals().await.unwrap();
         assert!(left.caught_up, "{left:?}");
         match every {
-            None => assert!(left.minutes >= 58, "nothing was counted before: {left:?}"),
+            // From an hour ago to two minutes and five seconds ago: 57 or 58 minutes.
+            None => assert!(left.minutes >= 57, "nothing was counted before: {left:?}"),
             Some(_) => assert_eq!(left.minutes, 0, "the upkeep counted them all: {left:?}"),
         }
     }

@@ -39,11 +39,18 @@ async fn report(store: &Arc<Store>, since: OffsetDateTime) -> Report {
         .expect("a report")
 }
 
-/// Counts every minute old enough, as the upkeep does.
-async fn roll_up(store: &Arc<Store>) -> oncegate_store::RollUp {
-    let done = store.roll_up(100_000).await.expect("counted");
-    assert!(done.caught_up && !done.busy, "{done:?}");
-    done
+/// Counts every minute old enough, as the upkeep does. On PostgreSQL a count waits for every
+/// transaction of the cluster in progress when it starts, other tests' too: `busy` is tried
+/// again, as the upkeep does at its next tick.
+pub(crate) async fn roll_up(store: &Arc<Store>) -> oncegate_store::RollUp {
+    for _ in 0..10 {
+        let done = store.roll_up(100_000).await.expect("counted");
+        if !done.busy {
+            assert!(done.caught_up, "{done:?}");
+            return done;
+        }
+    }
+    panic!("ten counts in a row found a transaction outliving the wait");
 }
 
 pub async fn totals_read_as_the_rows_and_follow_late_writes(b: &Backend) {
@@ -75,8 +82,9 @@ pub async fn totals_read_as_the_rows_and_follow_late_writes(b: &Backend) {
         (7, 5, 1, 1)
     );
     let first = roll_up(&store).await;
+    // From `base` to two minutes and five seconds ago: 117 or 118 minutes, by the second.
     assert!(
-        first.minutes >= 118,
+        first.minutes >= 117,
         "two hours of minutes counted: {first:?}"
     );
     assert_eq!(first.deliveries, 7);
@@ -162,8 +170,8 @@ async fn a_count_waits_for_the_writes_in_progress() {
     let busy = store.roll_up(1440).await.unwrap();
     assert!(busy.busy && busy.minutes == 0, "{busy:?}");
     admin.batch_execute("COMMIT").await.unwrap();
-    let done = store.roll_up(1440).await.unwrap();
-    assert!(!done.busy && done.minutes > 0, "{done:?}");
+    let done = roll_up(&store).await;
+    assert!(done.minutes > 0, "{done:?}");
     b.cleanup().await;
 }
 
