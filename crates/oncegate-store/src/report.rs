@@ -191,13 +191,9 @@ fn grouped(
 ) {
     period.restrict(q, &format!("{alias}.{time}"));
     q.tenants(&format!("{alias}.tenant"), tenants);
-    let minute = if by_minute {
-        format!("{alias}.{time} / 60000, ")
-    } else {
-        String::new()
-    };
     q.push(&format!(
-        " GROUP BY {minute}{alias}.tenant, {alias}.provider, {alias}.env, {alias}.event_type"
+        " GROUP BY {}",
+        group_columns(alias, time, by_minute)
     ));
 }
 

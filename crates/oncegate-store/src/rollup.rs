@@ -246,24 +246,26 @@ async fn count<T: Tx + Send>(tx: &mut T, from: i64, to: i64) -> Result<(u64, u64
     };
     let mut minutes: BTreeMap<i64, BTreeMap<Group, ReportCounts>> = BTreeMap::new();
     let mut deliveries = 0;
-    let q = report::deliveries_query(&TenantFilter::All, period, true);
-    for r in tx.query(&q.sql, &q.params).await? {
-        let c = minutes
+    // A row's figures: the minute and group of its first five columns.
+    fn cell<'m>(
+        minutes: &'m mut BTreeMap<i64, BTreeMap<Group, ReportCounts>>,
+        r: &Row,
+    ) -> Result<&'m mut ReportCounts> {
+        Ok(minutes
             .entry(r.int(0)?)
             .or_default()
-            .entry(report::group_at(&r, 1)?)
-            .or_default();
+            .entry(report::group_at(r, 1)?)
+            .or_default())
+    }
+    let q = report::deliveries_query(&TenantFilter::All, period, true);
+    for r in tx.query(&q.sql, &q.params).await? {
+        let c = cell(&mut minutes, &r)?;
         report::add_deliveries(c, &r, 5)?;
         deliveries += c.received;
     }
     let q = report::effects_query(&TenantFilter::All, period, true);
     for r in tx.query(&q.sql, &q.params).await? {
-        let c = minutes
-            .entry(r.int(0)?)
-            .or_default()
-            .entry(report::group_at(&r, 1)?)
-            .or_default();
-        report::add_effects(c, &r, 5)?;
+        report::add_effects(cell(&mut minutes, &r)?, &r, 5)?;
     }
 
     let range = [int(from), int(to)];
