@@ -898,9 +898,7 @@ fn chained_set(order: &[usize], prepared: &mut [Option<Prepared>]) -> Result<Opt
         }
         if !free.is_empty() {
             let members = st.members(free);
-            kept.push(format!(
-                "SELECT f.member FROM unnest({members}) AS f(member)"
-            ));
+            kept.push(format!("SELECT unnest({members}) AS member"));
         }
         parts.push(format!("ok AS ({})", kept.join(" UNION ALL ")));
         for (n, rows) in writes.into_iter().enumerate() {
