@@ -23,10 +23,13 @@
 //! the slices per side (3), `ONCEGATE_LOAD_CONNECTIONS` the connections (32),
 //! `ONCEGATE_LOAD_BACKENDS` `sqlite`, `postgres` or both, `ONCEGATE_LOAD_SCALE` the largest
 //! seeded count (1000000; 0 skips the scale mode), `ONCEGATE_LOAD_ROUNDS=0` runs the scale mode
-//! alone.
+//! alone. `ONCEGATE_LOAD_PERF=<dir>` records each side's PostgreSQL backends with `perf` during
+//! a slice of its own after the timed ones and prints their CPU per decision by phase (`load/phases.rs`).
 
 #[path = "load/cpu.rs"]
 mod cpu;
+#[path = "load/phases.rs"]
+mod phases;
 #[path = "load/seed.rs"]
 mod seed;
 
@@ -428,6 +431,28 @@ async fn bench() {
             b.push(t.decisions as f64);
             lb.extend(t.latencies_us);
         }
+        // `ONCEGATE_LOAD_PERF`: one more slice per side, outside the figures above (recording
+        // costs the recorded processes CPU of its own), with the backends recorded by perf; the
+        // phases' shares then divide the CPU per decision of the timed slices.
+        let mut profiled = None;
+        if let Some(dir) = std::env::var_os("ONCEGATE_LOAD_PERF").filter(|_| pg.is_some()) {
+            let from = (rounds + 1) * 100_000_000;
+            let dir = std::path::PathBuf::from(dir);
+            let mut sides = Vec::new();
+            for (name, server, meter) in [
+                ("oncegate", &ours, &ours_meter),
+                ("hand-made", &theirs, &theirs_meter),
+            ] {
+                let backends = meter.read().await.backends();
+                let recording = phases::Recording::start(&dir, name, &backends);
+                let serving =
+                    phases::Recording::start(&dir, &format!("{name}-server"), &[server.child.id()]);
+                drive(&server.base, connections, secs, from, false).await;
+                let phases = recording.and_then(phases::Recording::phases);
+                sides.push((phases, serving.and_then(phases::Recording::parts)));
+            }
+            profiled = Some(sides);
+        }
         la.sort_unstable();
         lb.sort_unstable();
         let (ra, rb) = (median(a), median(b));
@@ -446,6 +471,26 @@ async fn bench() {
                  hand-made {ts:.0} µs + PostgreSQL {tp:.0} µs ({:.2}x in all)",
                 (os + op) / (ts + tp).max(1.0)
             );
+            if let Some([(Some(o), os_parts), (Some(t), ts_parts)]) = profiled.as_deref() {
+                println!(
+                    "  PostgreSQL's CPU per decision by phase (perf, a slice of its own), µs: oncegate {}; hand-made {}",
+                    o.line(op),
+                    t.line(tp)
+                );
+                println!(
+                    "  executing the statements alone (executor start-up, run, end): oncegate {:.0} µs; \
+                     hand-made {:.0} µs, of its {tp:.0} µs in all",
+                    o.executor(op),
+                    t.executor(tp)
+                );
+                if let (Some(o), Some(t)) = (os_parts, ts_parts) {
+                    println!(
+                        "  the server's CPU per decision by part, µs: oncegate serve {}; hand-made {}",
+                        o.line(os),
+                        t.line(ts)
+                    );
+                }
+            }
         } else {
             println!(
                 "  CPU per decision, the store's work included: oncegate serve {os:.0} µs; \

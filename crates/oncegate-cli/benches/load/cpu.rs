@@ -88,6 +88,13 @@ impl<'a> Meter<'a> {
     }
 }
 
+impl Reading {
+    /// The side's PostgreSQL backends at this reading.
+    pub fn backends(&self) -> Vec<u32> {
+        self.backends.keys().copied().collect()
+    }
+}
+
 /// CPU used between readings, summed over slices.
 #[derive(Default)]
 pub struct Used {
