@@ -6,9 +6,10 @@
 //!
 //! A sample's phase is the first of these its call stack passes through, in this order: the
 //! commit, the executor's start-up, its run (and finish: the `AFTER` triggers), its end,
-//! planning and parsing, the bind message's other work (the parameters), the socket reads and
-//! writes, and the rest. The stacks are unwound from DWARF (`--call-graph dwarf`), as Debian's
-//! PostgreSQL is built without frame pointers.
+//! planning and parsing, the bind message's parameters, the socket reads and writes (waiting
+//! for the next message included), and the rest (portals, utility statements such as `SET`).
+//! The stacks are unwound from DWARF (`--call-graph dwarf`), as Debian's PostgreSQL is built
+//! without frame pointers.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -32,7 +33,16 @@ const PHASES: [(&str, &[&str]); 8] = [
             "raw_parser",
         ],
     ),
-    ("bind", &["exec_bind_message"]),
+    // The bind message's own frame is inlined into its caller; its parameters' receive
+    // functions (the arrays' elements) are not, and are called from nowhere else here.
+    (
+        "bind (parameters)",
+        &[
+            "exec_bind_message",
+            "ReceiveFunctionCall",
+            "OidReceiveFunctionCall",
+        ],
+    ),
     (
         "sockets",
         &[
@@ -110,9 +120,14 @@ fn part_of(frames: &[&str]) -> usize {
         return 1;
     }
     for frame in frames {
+        // `<Type as Trait>::method`: the type's crate, or the trait's for a generic type.
         let name = frame
             .trim_start_matches(['<', '&'])
             .trim_start_matches("dyn ");
+        let name = match name.split_once(" as ") {
+            Some((ty, tr)) if !ty.contains("::") => tr,
+            _ => name,
+        };
         if let Some(i) = PARTS
             .iter()
             .position(|(_, crates)| crates.iter().any(|c| name.starts_with(c)))
@@ -237,19 +252,14 @@ impl Shares {
     }
 
     /// "executing 120, commit 20, …": each phase's share of `per_decision` µs, the phases
-    /// with samples only.
+    /// with a µs or more only.
     pub fn line(&self, per_decision: f64) -> String {
         self.names
             .iter()
             .zip(&self.counts)
-            .filter(|(_, n)| **n > 0)
-            .map(|(name, n)| {
-                let n = *n;
-                format!(
-                    "{name} {:.0}",
-                    per_decision * n as f64 / self.samples as f64
-                )
-            })
+            .map(|(name, n)| (name, per_decision * *n as f64 / self.samples as f64))
+            .filter(|(_, us)| *us >= 0.5)
+            .map(|(name, us)| format!("{name} {us:.0}"))
             .collect::<Vec<_>>()
             .join(", ")
     }
