@@ -212,7 +212,14 @@ impl Recording {
             .output()
             .ok()?;
         let shares = Shares::of(&String::from_utf8_lossy(&out.stdout), names, classify);
-        (shares.samples > 0).then_some(shares)
+        if shares.samples == 0 {
+            eprintln!(
+                "perf recorded no samples in {} (perf_event_paranoid, or no perf?)",
+                self.data.display()
+            );
+            return None;
+        }
+        Some(shares)
     }
 }
 
