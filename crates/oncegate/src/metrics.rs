@@ -304,12 +304,9 @@ impl Metrics {
                 })
                 .inc();
         }
-        let by_type = TypeLabels {
-            provider: labels.provider.clone(),
-            env: labels.env.clone(),
-            event_type: labels.event_type.clone(),
-        };
-        let by_strategy = StrategyLabels {
+        // The label sets are built only for the counters a decision moves: most decisions
+        // (`process`) move none of these, and each set is three or four owned strings.
+        let by_strategy = || StrategyLabels {
             provider: labels.provider.clone(),
             env: labels.env.clone(),
             event_type: labels.event_type.clone(),
@@ -317,13 +314,18 @@ impl Metrics {
         };
         match (decision.action, decision.layer) {
             (Action::Ignore, Some(Layer::Transport)) => {
+                let by_type = TypeLabels {
+                    provider: labels.provider.clone(),
+                    env: labels.env.clone(),
+                    event_type: labels.event_type.clone(),
+                };
                 self.transport_duplicates.get_or_create(&by_type).inc();
             }
             (Action::Ignore, _) => {
-                self.effect_duplicates.get_or_create(&by_strategy).inc();
+                self.effect_duplicates.get_or_create(&by_strategy()).inc();
             }
             (Action::Quarantine, _) => {
-                self.collisions.get_or_create(&by_strategy).inc();
+                self.collisions.get_or_create(&by_strategy()).inc();
             }
             _ => {}
         }

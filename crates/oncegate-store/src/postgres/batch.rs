@@ -917,9 +917,9 @@ fn chained_set(order: &[usize], prepared: &mut [Option<Prepared>]) -> Result<Opt
 }
 
 /// The order a decision's head takes its lock in (decisions without a head come first).
-fn lock_order(p: Option<&Prepared>) -> Option<String> {
+fn lock_order(p: Option<&Prepared>) -> Option<&str> {
     match p.and_then(Prepared::lock_key) {
-        Some(Value::Text(Some(s))) => Some(s.clone()),
+        Some(Value::Text(Some(s))) => Some(s.as_str()),
         _ => None,
     }
 }
