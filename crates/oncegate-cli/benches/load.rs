@@ -23,8 +23,9 @@
 //! the slices per side (3), `ONCEGATE_LOAD_CONNECTIONS` the connections (32),
 //! `ONCEGATE_LOAD_BACKENDS` `sqlite`, `postgres` or both, `ONCEGATE_LOAD_SCALE` the largest
 //! seeded count (1000000; 0 skips the scale mode), `ONCEGATE_LOAD_ROUNDS=0` runs the scale mode
-//! alone. `ONCEGATE_LOAD_PERF=<dir>` records each side's PostgreSQL backends with `perf` during
-//! a slice of its own after the timed ones and prints their CPU per decision by phase (`load/phases.rs`).
+//! alone. `ONCEGATE_LOAD_PERF=<dir>` records each side's server and PostgreSQL backends with
+//! `perf` in a slice of its own after the timed ones, and prints the backends' CPU per decision
+//! by phase of a statement's life and the server's by part (`load/phases.rs`).
 
 #[path = "load/cpu.rs"]
 mod cpu;
@@ -432,8 +433,9 @@ async fn bench() {
             lb.extend(t.latencies_us);
         }
         // `ONCEGATE_LOAD_PERF`: one more slice per side, outside the figures above (recording
-        // costs the recorded processes CPU of its own), with the backends recorded by perf; the
-        // phases' shares then divide the CPU per decision of the timed slices.
+        // costs the recorded processes CPU of its own), with the server and its backends
+        // recorded by perf; the shares of their samples then divide the CPU per decision of the
+        // timed slices.
         let mut profiled = None;
         if let Some(dir) = std::env::var_os("ONCEGATE_LOAD_PERF").filter(|_| pg.is_some()) {
             let from = (rounds + 1) * 100_000_000;
