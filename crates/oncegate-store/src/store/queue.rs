@@ -63,10 +63,20 @@ impl Store {
     }
 
     /// The open items the reconciler works (`reconcile` and `quarantine`), least recently
-    /// attempted first, then oldest first.
-    pub async fn open_reconcile_items(&self, limit: u32) -> Result<Vec<QueueItem>> {
+    /// attempted first, then oldest first; with `attempted_by`, only those never attempted or
+    /// last attempted at or before it (read from the index, so a worker whose shortest
+    /// backoff has not passed for the items it just attempted does not read them again).
+    pub async fn open_reconcile_items(
+        &self,
+        limit: u32,
+        attempted_by: Option<OffsetDateTime>,
+    ) -> Result<Vec<QueueItem>> {
         self.read((), move |tx, ()| {
-            Box::pin(reconciliation::open_reconcile_items(tx, limit))
+            Box::pin(reconciliation::open_reconcile_items(
+                tx,
+                limit,
+                attempted_by,
+            ))
         })
         .await
     }

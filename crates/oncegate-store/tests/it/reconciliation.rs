@@ -199,7 +199,7 @@ pub async fn expired_leases_verify_critical_and_release_reversible(b: &Backend) 
     let e = store.effect(&crit_res.effect).await.unwrap().unwrap();
     assert_eq!(e.state, EffectState::Unknown);
     assert_eq!(e.fencing_token, crit_res.fencing_token);
-    let items = store.open_reconcile_items(10).await.unwrap();
+    let items = store.open_reconcile_items(10, None).await.unwrap();
     assert_eq!(items.len(), 1, "{items:?}");
     assert_eq!(items[0].delivery, crit_delivery);
     assert_eq!(items[0].existing_effect.as_ref(), Some(&crit_res.effect));
@@ -326,7 +326,11 @@ pub async fn a_verified_unknown_outcome_is_completed_not_rerun(b: &Backend) {
     let r = crashed.reservation.unwrap();
     let late = t0() + LEASE + Duration::seconds(1);
     store.expire_leases(late).await.unwrap();
-    let item = store.open_reconcile_items(10).await.unwrap().remove(0);
+    let item = store
+        .open_reconcile_items(10, None)
+        .await
+        .unwrap()
+        .remove(0);
     store
         .resolve_with_evidence(
             &item.id,
@@ -452,7 +456,7 @@ pub async fn items_that_keep_failing_go_to_the_back(b: &Backend) {
     let order = |items: Vec<oncegate_store::QueueItem>| -> Vec<DeliveryId> {
         items.into_iter().map(|i| i.delivery).collect()
     };
-    let items = store.open_reconcile_items(10).await.unwrap();
+    let items = store.open_reconcile_items(10, None).await.unwrap();
     assert_eq!(order(items.clone()), vec![older.clone(), newer.clone()]);
     store
         .record_reconcile_attempt(
@@ -465,10 +469,26 @@ pub async fn items_that_keep_failing_go_to_the_back(b: &Backend) {
         )
         .await
         .unwrap();
-    let items = store.open_reconcile_items(10).await.unwrap();
-    assert_eq!(order(items), vec![newer, older]);
+    let items = store.open_reconcile_items(10, None).await.unwrap();
+    assert_eq!(order(items), vec![newer.clone(), older.clone()]);
+    // A worker whose shortest wait has not passed since the attempt does not read that item;
+    // the one never attempted is read whatever the bound.
+    let by = |at| store.open_reconcile_items(10, Some(at));
     assert_eq!(
-        store.open_reconcile_items(1).await.unwrap().len(),
+        order(by(t0() + Duration::seconds(4)).await.unwrap()),
+        vec![newer.clone()]
+    );
+    assert_eq!(
+        order(by(t0() - Duration::days(1)).await.unwrap()),
+        vec![newer.clone()]
+    );
+    assert_eq!(
+        order(by(t0() + Duration::seconds(5)).await.unwrap()),
+        vec![newer, older],
+        "an attempt at the bound itself is read"
+    );
+    assert_eq!(
+        store.open_reconcile_items(1, None).await.unwrap().len(),
         1,
         "the limit holds"
     );

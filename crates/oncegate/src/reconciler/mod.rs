@@ -267,7 +267,14 @@ impl Run<'_> {
     }
 
     async fn items(&self) -> Result<Vec<ItemReport>, ReconcileError> {
-        let items = self.store.open_reconcile_items(ITEMS_PER_RUN).await?;
+        // No item attempted within the shortest backoff is due: those are left in the index.
+        let attempted_by = self
+            .retry
+            .map(|(base, cap)| self.now - crate::gate::to_time(shortest_retry_delay(base, cap)));
+        let items = self
+            .store
+            .open_reconcile_items(ITEMS_PER_RUN, attempted_by)
+            .await?;
         let mut out = Vec::with_capacity(items.len());
         for item in items.into_iter().filter(|i| self.due(i)) {
             if self
@@ -515,6 +522,11 @@ impl Run<'_> {
 /// The wait before attempt `attempts + 1` of an item: exponential from `base`, capped at `cap`,
 /// with a jitter of up to half of it, derived from the item's id so that items queued together
 /// spread out while one item's schedule stays the same across instances.
+/// The least `retry_delay` waits, whatever the item and its attempts: half the first wait.
+fn shortest_retry_delay(base: Duration, cap: Duration) -> Duration {
+    base.min(cap) / 2
+}
+
 fn retry_delay(item: &QueueItemId, attempts: u64, base: Duration, cap: Duration) -> Duration {
     use std::hash::{Hash, Hasher};
     let exp = u32::try_from(attempts.saturating_sub(1))
@@ -567,5 +579,27 @@ mod tests {
             (1..=8).any(|n| retry_delay(&id, n, base, cap) != retry_delay(&other, n, base, cap)),
             "two items spread out"
         );
+    }
+
+    /// The pass skips, in the index, the items attempted within the shortest wait: none of
+    /// them can be due, whatever its id, attempts, base and cap.
+    #[test]
+    fn no_wait_is_shorter_than_the_shortest() {
+        for (base, cap) in [(5, 600), (1, 1), (600, 5), (7, 7_000)] {
+            let (base, cap) = (Duration::from_millis(base), Duration::from_millis(cap));
+            let shortest = shortest_retry_delay(base, cap);
+            let mut seen = Duration::MAX;
+            for n in 0..2_000u128 {
+                for attempts in 0..25 {
+                    let d = retry_delay(&QueueItemId::from_u128(n), attempts, base, cap);
+                    assert!(d >= shortest, "{d:?} < {shortest:?} ({base:?}, {cap:?})");
+                    seen = seen.min(d);
+                }
+            }
+            assert!(
+                seen < shortest + shortest / 50,
+                "the bound is tight: {seen:?}"
+            );
+        }
     }
 }
