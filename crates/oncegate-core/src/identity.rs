@@ -175,6 +175,37 @@ fn strings(parts: &[&str]) -> Value {
 /// assert_eq!(unnamed.source, "raw body SHA-256");
 /// ```
 pub fn transport_key(origin: Origin<'_>, delivery_id: Option<&str>, body: &[u8]) -> TransportKey {
+    transport_key_hashed(origin, delivery_id, || body_hash(body))
+}
+
+/// [`transport_key`] for a body whose SHA-256 (hex, as [`body_hash`] writes it) is already
+/// known, as it is for every reception once journaled: the body is not read again.
+///
+/// ```
+/// use oncegate_core::identity::{body_hash, transport_key, transport_key_of_hash, Origin};
+///
+/// let live = Origin { tenant: "acme", provider: "payflow", env: "live" };
+/// let body = br#"{"attempt":1}"#;
+/// let hash = body_hash(body);
+/// assert_eq!(transport_key_of_hash(live, None, &hash), transport_key(live, None, body));
+/// assert_eq!(
+///     transport_key_of_hash(live, Some("dlv-81"), &hash),
+///     transport_key(live, Some("dlv-81"), body),
+/// );
+/// ```
+pub fn transport_key_of_hash(
+    origin: Origin<'_>,
+    delivery_id: Option<&str>,
+    body_sha256: &str,
+) -> TransportKey {
+    transport_key_hashed(origin, delivery_id, || body_sha256.to_owned())
+}
+
+fn transport_key_hashed(
+    origin: Origin<'_>,
+    delivery_id: Option<&str>,
+    body_sha256: impl FnOnce() -> String,
+) -> TransportKey {
     let Origin {
         tenant,
         provider,
@@ -204,7 +235,7 @@ pub fn transport_key(origin: Origin<'_>, delivery_id: Option<&str>, body: &[u8])
                     provider,
                     env,
                     "body",
-                    &body_hash(body),
+                    &body_sha256(),
                 ]))
                 .as_bytes(),
             ),

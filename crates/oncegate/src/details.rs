@@ -29,6 +29,8 @@ pub const DETAILS_VERSION: u32 = 1;
 /// // Details written before versions existed still read.
 /// let old = Details::parse(r#"{"skipped_strategies":[{"name":"id","version":2,"why":"absent"}]}"#);
 /// assert_eq!((old.v, old.skipped[0].version), (0, 2));
+/// // And are written again at the current version.
+/// assert!(old.to_json().starts_with(r#"{"v":1,"#));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Details {
@@ -98,6 +100,11 @@ impl Details {
 
     /// The JSON text the store keeps, at the current version.
     pub fn to_json(&self) -> String {
+        if self.v == DETAILS_VERSION {
+            // Every decision's details are at the current version: written as they are,
+            // without a copy.
+            return serde_json::to_string(self).expect("proof details serialize");
+        }
         let current = Details {
             v: DETAILS_VERSION,
             ..self.clone()

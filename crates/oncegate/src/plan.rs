@@ -211,7 +211,9 @@ pub(crate) fn transport_key(r: &Reception, provider: Option<&Provider>) -> Trans
             })
     });
     let id = id_header.as_deref().and_then(|h| r.header_value(h));
-    let key = identity::transport_key(r.origin(), id, r.body.bytes());
+    // Only a body kept whole reaches here (a cut one is refused first), so its hash is the
+    // hash of these bytes.
+    let key = identity::transport_key_of_hash(r.origin(), id, r.body.sha256());
     TransportKey {
         value: key.key,
         strength: if key.strong {
