@@ -22,7 +22,7 @@ use crate::pipeline::{self, label_or, Identified};
 use crate::plan;
 use crate::reception::Reception;
 use crate::refusal::Refusal;
-use crate::{breaker, shadow};
+use crate::{breaker, finish, shadow};
 
 impl Gate {
     /// Journals and decides one delivery whose sender was authenticated (or needs none): a
@@ -30,18 +30,19 @@ impl Gate {
     /// that is not acceptable JSON is refused ([`Outcome::Rejected`]); everything else is
     /// identified with the contract and decided in the store.
     ///
-    /// The pipeline runs as its own task: a caller that gives up (a client that hangs up, a
-    /// request timeout) never cuts a decision between its journal entry and its proof.
+    /// The pipeline runs in the caller's task, to its end: a caller that gives up (a client
+    /// that hangs up, a request timeout) hands the rest to a task of its own, so a decision is
+    /// never cut between its journal entry and its proof (see `finish`).
     ///
     /// A store error is returned after the reception was journaled when it could be: a
     /// decision the store could not record while it was unavailable is remembered, and its
     /// proof is written once the store is back (by the next decision or the upkeep).
     pub async fn deliver(&self, reception: Reception) -> Result<Outcome, GateError> {
         let gate = self.clone();
-        match tokio::spawn(async move { gate.pipeline(reception).await }).await {
+        match finish::to_the_end(async move { gate.pipeline(reception).await }).await {
             Ok(result) => result,
-            Err(e) => {
-                tracing::error!(error = %e, "the delivery pipeline panicked");
+            Err(finish::Panicked) => {
+                tracing::error!("the delivery pipeline panicked");
                 Err(GateError::Panicked)
             }
         }
@@ -60,10 +61,10 @@ impl Gate {
             let received_at = reception.received_at.unwrap_or_else(|| gate.now());
             gate.reject(&reception, received_at, started, refusal).await
         };
-        match tokio::spawn(task).await {
+        match finish::to_the_end(task).await {
             Ok(result) => result,
-            Err(e) => {
-                tracing::error!(error = %e, "the refusal pipeline panicked");
+            Err(finish::Panicked) => {
+                tracing::error!("the refusal pipeline panicked");
                 Err(GateError::Panicked)
             }
         }

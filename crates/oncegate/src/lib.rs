@@ -64,6 +64,7 @@ mod delivery;
 pub mod details;
 mod error;
 mod evidence;
+mod finish;
 mod forwarder;
 mod gate;
 mod metrics;
