@@ -112,7 +112,8 @@ async fn method_not_allowed() -> ApiError {
 
 /// Bounds every request by the configured timeout and answers in the error shape (tower-http's
 /// `TimeoutLayer` would answer an empty 408, outside the contract). A delivery's decision runs
-/// in its own task, so timing out the answer never cuts a decision in half. The body gets its
+/// to its end even when its answer is no longer awaited (`oncegate::Gate::deliver`), so timing
+/// out the answer never cuts a decision in half. The body gets its
 /// own, shorter deadline here too: a body still arriving past it fails its reader, which
 /// answers `408 body_timeout` (a slow sender is not a reason to retry, so never a 503).
 async fn timeout(State(state): State<AppState>, request: Request, next: Next) -> Response {

@@ -152,21 +152,30 @@ async fn connection(stream: TcpStream, app: Router, deadlines: Deadlines, stop: 
 }
 
 /// Resolves when the connection passed the deadline of its phase, with the deadline's name.
+///
+/// One timer serves the connection's life, moved at each phase: a deadline moved later (the
+/// next idle wait's, after an answer) is a change in place, and only one moved earlier (a
+/// next head's) goes back to the runtime's timer wheel, where a timer made for each phase
+/// went there twice a phase (made, then dropped).
 async fn watchdog(mut phase: watch::Receiver<Phase>, deadlines: Deadlines) -> &'static str {
+    let mut timer = pin!(tokio::time::sleep(deadlines.header));
     loop {
         let now = *phase.borrow_and_update();
         let (until, name) = match now {
             Phase::Head(since) => (since + deadlines.header, "header"),
             Phase::Idle(since) => (since + deadlines.idle, "idle"),
             Phase::Busy => {
+                // The timer may fire meanwhile: it is not listened to until the next phase
+                // sets it again.
                 if phase.changed().await.is_err() {
                     std::future::pending::<()>().await;
                 }
                 continue;
             }
         };
+        timer.as_mut().reset(until);
         tokio::select! {
-            () = tokio::time::sleep_until(until) => return name,
+            () = timer.as_mut() => return name,
             changed = phase.changed() => {
                 if changed.is_err() {
                     std::future::pending::<()>().await;

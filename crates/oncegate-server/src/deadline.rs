@@ -31,7 +31,10 @@ pub(crate) fn humanize(d: Duration) -> String {
 /// A body that fails once its deadline passed.
 pub(crate) struct DeadlineBody {
     inner: Body,
-    sleep: Pin<Box<tokio::time::Sleep>>,
+    deadline: tokio::time::Instant,
+    /// Armed only once the body has to wait for its sender: a body that has arrived whole by
+    /// the time it is read (nearly every delivery's) never registers a timer.
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     after: Duration,
 }
 
@@ -39,9 +42,14 @@ impl DeadlineBody {
     pub fn new(inner: Body, after: Duration) -> DeadlineBody {
         DeadlineBody {
             inner,
-            sleep: Box::pin(tokio::time::sleep(after)),
+            deadline: tokio::time::Instant::now() + after,
+            sleep: None,
             after,
         }
+    }
+
+    fn timed_out(&self) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Poll::Ready(Some(Err(BodyTimedOut(self.after).into())))
     }
 }
 
@@ -53,13 +61,24 @@ impl HttpBody for DeadlineBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        // The deadline is looked at first, so a body that keeps trickling is still cut.
-        if self.sleep.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Some(Err(BodyTimedOut(self.after).into())));
+        // The clock is read first, so a body that keeps trickling is still cut.
+        if tokio::time::Instant::now() >= self.deadline {
+            return self.timed_out();
         }
-        Pin::new(&mut self.inner)
-            .poll_frame(cx)
-            .map(|f| f.map(|r| r.map_err(BoxError::from)))
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => Poll::Ready(frame.map(|r| r.map_err(BoxError::from))),
+            Poll::Pending => {
+                let deadline = this.deadline;
+                let sleep = this
+                    .sleep
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                if sleep.as_mut().poll(cx).is_ready() {
+                    return self.timed_out();
+                }
+                Poll::Pending
+            }
+        }
     }
 
     fn is_end_stream(&self) -> bool {
@@ -100,6 +119,42 @@ mod tests {
         ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
             Poll::Pending
         }
+    }
+
+    /// A body whose sender sends a byte whenever asked, every other time after a pause.
+    struct Trickle(bool);
+
+    impl HttpBody for Trickle {
+        type Data = Bytes;
+        type Error = BoxError;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            self.0 = !self.0;
+            if self.0 {
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))));
+            }
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_that_keeps_trickling_fails_at_its_deadline() {
+        let body = DeadlineBody::new(Body::new(Trickle(false)), Duration::from_millis(50));
+        let err = Body::new(body).collect().await.unwrap_err();
+        assert_eq!(
+            timed_out(&err),
+            Some(BodyTimedOut(Duration::from_millis(50)))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_within_its_deadline_arrives_whole() {
+        let body = DeadlineBody::new(Body::from("{\"id\":1}"), Duration::from_secs(5));
+        let bytes = Body::new(body).collect().await.unwrap().to_bytes();
+        assert_eq!(&bytes[..], b"{\"id\":1}");
     }
 
     #[tokio::test]

@@ -131,6 +131,29 @@ async fn kept_alive_requests_are_answered_and_an_idle_connection_is_closed() {
     s.stop().await;
 }
 
+/// The idle wait has its own deadline, longer than the head's: a kept-alive connection quiet
+/// for longer than the head's deadline (but not the idle one's) still serves its next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_outlives_the_head_deadline() {
+    let s = start(Kind::Sqlite, DEADLINE * 4).await;
+    let mut stream = connect(&s).await;
+    for pause in [Duration::ZERO, DEADLINE * 2, DEADLINE * 2] {
+        tokio::time::sleep(pause).await;
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: oncegate\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_answer(&mut stream).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "after {pause:?}: {answer:?}"
+        );
+    }
+    let rest = read_until_closed(&mut stream).await;
+    assert!(rest.is_empty(), "{rest:?}");
+    s.stop().await;
+}
+
 pub async fn a_trickled_body_is_answered_408_and_journaled(kind: Kind) {
     // The default idle deadline, so the harness's pooled client is not cut between its calls.
     let s = start(kind, Duration::from_secs(75)).await;
