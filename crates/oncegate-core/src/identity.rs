@@ -14,6 +14,7 @@ use crate::pointer::Pointer;
 use crate::strategy::{Level, ScopeKind, Source, Strategy};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::time::Duration;
 
 /// Version of the key material layout; part of every key, so a layout change never collides.
@@ -175,7 +176,7 @@ fn strings(parts: &[&str]) -> Value {
 /// assert_eq!(unnamed.source, "raw body SHA-256");
 /// ```
 pub fn transport_key(origin: Origin<'_>, delivery_id: Option<&str>, body: &[u8]) -> TransportKey {
-    transport_key_hashed(origin, delivery_id, || body_hash(body))
+    transport_key_hashed(origin, delivery_id, || Cow::Owned(body_hash(body)))
 }
 
 /// [`transport_key`] for a body whose SHA-256 (hex, as [`body_hash`] writes it) is already
@@ -198,50 +199,30 @@ pub fn transport_key_of_hash(
     delivery_id: Option<&str>,
     body_sha256: &str,
 ) -> TransportKey {
-    transport_key_hashed(origin, delivery_id, || body_sha256.to_owned())
+    transport_key_hashed(origin, delivery_id, || Cow::Borrowed(body_sha256))
 }
 
-fn transport_key_hashed(
+/// The key of the delivery id when there is one, else of the body's hash (computed only then).
+fn transport_key_hashed<'a>(
     origin: Origin<'_>,
-    delivery_id: Option<&str>,
-    body_sha256: impl FnOnce() -> String,
+    delivery_id: Option<&'a str>,
+    body_sha256: impl FnOnce() -> Cow<'a, str>,
 ) -> TransportKey {
     let Origin {
         tenant,
         provider,
         env,
     } = origin;
-    match delivery_id.map(str::trim).filter(|id| !id.is_empty()) {
-        Some(id) => TransportKey {
-            key: sha256_hex(
-                to_jcs(&strings(&[
-                    "oncegate-transport/1",
-                    tenant,
-                    provider,
-                    env,
-                    "id",
-                    id,
-                ]))
-                .as_bytes(),
-            ),
-            strong: true,
-            source: "provider delivery id header".to_owned(),
-        },
-        None => TransportKey {
-            key: sha256_hex(
-                to_jcs(&strings(&[
-                    "oncegate-transport/1",
-                    tenant,
-                    provider,
-                    env,
-                    "body",
-                    &body_sha256(),
-                ]))
-                .as_bytes(),
-            ),
-            strong: false,
-            source: "raw body SHA-256".to_owned(),
-        },
+    let (kind, value, strong, source) = match delivery_id.map(str::trim).filter(|id| !id.is_empty())
+    {
+        Some(id) => ("id", Cow::Borrowed(id), true, "provider delivery id header"),
+        None => ("body", body_sha256(), false, "raw body SHA-256"),
+    };
+    let material = strings(&["oncegate-transport/1", tenant, provider, env, kind, &value]);
+    TransportKey {
+        key: sha256_hex(to_jcs(&material).as_bytes()),
+        strong,
+        source: source.to_owned(),
     }
 }
 

@@ -107,32 +107,25 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
 
-    /// A body whose sender never sends.
-    struct Silent;
-
-    impl HttpBody for Silent {
-        type Data = Bytes;
-        type Error = BoxError;
-        fn poll_frame(
-            self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-            Poll::Pending
-        }
+    /// A body whose sender never sends (`trickles: false`), or sends a byte whenever asked,
+    /// every other time after a pause.
+    struct Sender {
+        trickles: bool,
+        turn: bool,
     }
 
-    /// A body whose sender sends a byte whenever asked, every other time after a pause.
-    struct Trickle(bool);
-
-    impl HttpBody for Trickle {
+    impl HttpBody for Sender {
         type Data = Bytes;
         type Error = BoxError;
         fn poll_frame(
             mut self: Pin<&mut Self>,
             cx: &mut Context<'_>,
         ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-            self.0 = !self.0;
-            if self.0 {
+            if !self.trickles {
+                return Poll::Pending;
+            }
+            self.turn = !self.turn;
+            if self.turn {
                 return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))));
             }
             cx.waker().wake_by_ref();
@@ -140,12 +133,21 @@ mod tests {
         }
     }
 
+    /// The deadline a sender's body (trickling, or silent) failed at, under a 50 ms one.
+    async fn failed_at(trickles: bool) -> Option<BodyTimedOut> {
+        let sender = Sender {
+            trickles,
+            turn: false,
+        };
+        let body = DeadlineBody::new(Body::new(sender), Duration::from_millis(50));
+        let err = Body::new(body).collect().await.unwrap_err();
+        timed_out(&err)
+    }
+
     #[tokio::test]
     async fn a_body_that_keeps_trickling_fails_at_its_deadline() {
-        let body = DeadlineBody::new(Body::new(Trickle(false)), Duration::from_millis(50));
-        let err = Body::new(body).collect().await.unwrap_err();
         assert_eq!(
-            timed_out(&err),
+            failed_at(true).await,
             Some(BodyTimedOut(Duration::from_millis(50)))
         );
     }
@@ -159,10 +161,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_that_never_ends_fails_at_its_deadline() {
-        let body = DeadlineBody::new(Body::new(Silent), Duration::from_millis(50));
-        let err = Body::new(body).collect().await.unwrap_err();
         assert_eq!(
-            timed_out(&err),
+            failed_at(false).await,
             Some(BodyTimedOut(Duration::from_millis(50)))
         );
         assert_eq!(
