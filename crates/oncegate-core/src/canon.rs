@@ -157,7 +157,7 @@ pub fn cmp_utf16(a: &str, b: &str) -> Ordering {
 
 /// Writes `text` as a JSON string the RFC 8785 way: `"` and `\` escaped, control characters as
 /// their short escapes or `\u00xx` (lowercase hex), everything else (`/` included) as is.
-fn write_string(text: &str, out: &mut String) {
+pub(crate) fn write_string(text: &str, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = text.as_bytes();
     out.reserve(bytes.len() + 2);

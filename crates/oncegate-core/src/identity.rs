@@ -6,7 +6,7 @@
 //! JSON from two providers or two environments never shares a key. Sensitive fields enter keys
 //! only through HMAC-SHA-256 under a salt the caller supplies.
 
-use crate::canon::{to_jcs, to_key_form};
+use crate::canon::{self, to_key_form};
 use crate::contract::{EventType, EventTypeSource, Provider};
 use crate::json::Value;
 use crate::matrix::{Confidence, Difference, Keyed, Prior, Situation, TransportMatch};
@@ -143,13 +143,35 @@ pub fn mask(salt: &[u8], value: &str) -> String {
     format!("hmac:{}", hex::encode(mac.finalize().into_bytes()))
 }
 
-fn strings(parts: &[&str]) -> Value {
-    Value::Array(
-        parts
-            .iter()
-            .map(|p| Value::String((*p).to_owned()))
-            .collect(),
-    )
+/// The JCS text of a key's material: an array of strings (`None` is `null`), then, when `pairs`
+/// is given, an array of `[name, form]` pairs. Written straight into one buffer, the same bytes
+/// `to_jcs` writes for that array as a `Value`, without building the value first (a key is
+/// made for every delivery; the test `the_material_is_the_jcs_of_its_value` holds the two equal).
+fn material(head: &[Option<&str>], pairs: Option<&[(String, String)]>) -> String {
+    let mut out = String::with_capacity(256);
+    out.push('[');
+    for (i, part) in head.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        match part {
+            Some(s) => canon::write_string(s, &mut out),
+            None => out.push_str("null"),
+        }
+    }
+    if let Some(pairs) = pairs {
+        out.push_str(if head.is_empty() { "[" } else { ",[" });
+        for (i, (name, form)) in pairs.iter().enumerate() {
+            out.push_str(if i > 0 { ",[" } else { "[" });
+            canon::write_string(name, &mut out);
+            out.push(',');
+            canon::write_string(form, &mut out);
+            out.push(']');
+        }
+        out.push(']');
+    }
+    out.push(']');
+    out
 }
 
 /// The transport key: the provider's delivery id when it sends one, else the raw body hash.
@@ -218,9 +240,19 @@ fn transport_key_hashed<'a>(
         Some(id) => ("id", Cow::Borrowed(id), true, "provider delivery id header"),
         None => ("body", body_sha256(), false, "raw body SHA-256"),
     };
-    let material = strings(&["oncegate-transport/1", tenant, provider, env, kind, &value]);
+    let material = material(
+        &[
+            Some("oncegate-transport/1"),
+            Some(tenant),
+            Some(provider),
+            Some(env),
+            Some(kind),
+            Some(&value),
+        ],
+        None,
+    );
     TransportKey {
-        key: sha256_hex(to_jcs(&material).as_bytes()),
+        key: sha256_hex(material.as_bytes()),
         strong,
         source: source.to_owned(),
     }
@@ -289,6 +321,71 @@ pub fn normalized(t: &EventType, doc: &Value) -> (Value, Vec<String>) {
         }
     }
     (doc, notes)
+}
+
+/// The body after the type's declared normalizations (`normalized`), made only when a read
+/// needs it. A type that only declares volatile fields, each an object's member, reads the body
+/// as received: a place within a volatile field is absent, any other place holds what it held
+/// (removing a member moves nothing else). Only a read of a place that encloses a volatile
+/// field, or of the whole body (a fingerprint), makes the normalized copy. Identification runs
+/// for every delivery, and most keys read a few fields, never the whole body.
+struct Normalized<'a> {
+    received: &'a Value,
+    /// The volatile members present in the body, when reading it as received is exact.
+    removed: Option<Vec<&'a Pointer>>,
+    copy: std::cell::OnceCell<Value>,
+    notes: Vec<String>,
+}
+
+impl<'a> Normalized<'a> {
+    fn of(t: &'a EventType, doc: &'a Value) -> Normalized<'a> {
+        let copy = std::cell::OnceCell::new();
+        let mut removed = Vec::new();
+        let mut exact = t.normalize.is_empty() && t.unordered.is_empty();
+        for v in &t.volatile {
+            match v.pointer.removal(doc) {
+                Some(true) => removed.push(&v.pointer),
+                Some(false) => exact = false,
+                None => {}
+            }
+        }
+        if exact {
+            // Nothing is rewritten, so a copy made later has no notes.
+            return Normalized {
+                received: doc,
+                removed: Some(removed),
+                copy,
+                notes: Vec::new(),
+            };
+        }
+        let (normalized, notes) = normalized(t, doc);
+        let _ = copy.set(normalized);
+        Normalized {
+            received: doc,
+            removed: None,
+            copy,
+            notes,
+        }
+    }
+
+    /// The normalized body, whole.
+    fn whole(&self, t: &EventType) -> &Value {
+        self.copy.get_or_init(|| normalized(t, self.received).0)
+    }
+
+    /// The value at `p` in the normalized body.
+    fn get(&self, t: &EventType, p: &Pointer) -> Option<&Value> {
+        let Some(removed) = &self.removed else {
+            return p.get(self.whole(t));
+        };
+        if removed.iter().any(|r| p.is_within(r)) {
+            None
+        } else if removed.iter().any(|r| r.is_within(p)) {
+            p.get(self.whole(t))
+        } else {
+            p.get(self.received)
+        }
+    }
 }
 
 /// A present, meaningful value: absent, null and blank strings do not identify anything.
@@ -391,7 +488,7 @@ fn identify_with(
     headers: &[(String, String)],
     salt: &[u8],
 ) -> Identity {
-    let (doc, notes) = normalized(t, doc);
+    let doc = Normalized::of(t, doc);
     let canonical = |p: &Pointer, v: &Value| {
         let form = to_key_form(v);
         if t.is_sensitive(p) {
@@ -406,13 +503,13 @@ fn identify_with(
         .map(|p| {
             (
                 p.as_str().to_owned(),
-                meaningful(p.get(&doc)).ok().map(|v| canonical(p, v)),
+                meaningful(doc.get(t, p)).ok().map(|v| canonical(p, v)),
             )
         })
         .collect();
     let resource = match &t.resource {
         None => Ok(None),
-        Some(p) => match meaningful(p.get(&doc)) {
+        Some(p) => match meaningful(doc.get(t, p)) {
             Ok(Value::String(s)) if !t.is_sensitive(p) => Ok(Some(s.clone())),
             Ok(v) => Ok(Some(canonical(p, v))),
             Err(what) => Err(format!("the resource {p} is {what}")),
@@ -429,7 +526,7 @@ fn identify_with(
                     headers,
                     resource: resource.as_deref(),
                     salt,
-                    notes: &notes,
+                    notes: &doc.notes,
                 };
                 strategy_key(t, s, origin, &read)
             }
@@ -451,13 +548,13 @@ fn identify_with(
         skipped,
         discriminants,
         resource: resource.ok().flatten(),
-        notes,
+        notes: doc.notes,
     }
 }
 
 /// What a strategy reads its fields from.
 struct Read<'a> {
-    doc: &'a Value,
+    doc: &'a Normalized<'a>,
     headers: &'a [(String, String)],
     resource: Option<&'a str>,
     salt: &'a [u8],
@@ -486,7 +583,7 @@ fn strategy_key(
         salt,
         notes,
     } = *read;
-    let mut parts: Vec<Value> = Vec::new();
+    let mut parts: Vec<(String, String)> = Vec::new();
     let mut used = Vec::new();
     let show = |p: &Pointer, form: &str| {
         if t.is_sensitive(p) {
@@ -503,7 +600,7 @@ fn strategy_key(
             ));
         }
         // The whole document (or the declared parts), sensitive fields as keyed hashes.
-        let mut masked = doc.clone();
+        let mut masked = doc.whole(t).clone();
         for p in &t.sensitive {
             if let Some(v) = p.get_mut(&mut masked) {
                 *v = Value::String(mask(salt, &to_key_form(v)));
@@ -525,13 +622,13 @@ fn strategy_key(
                 pointer: p.as_str().to_owned(),
                 shown: format!("sha256:{}", &sha256_hex(form.as_bytes())[..16]),
             });
-            parts.push(strings(&[p.as_str(), &form]));
+            parts.push((p.as_str().to_owned(), form));
         }
     } else {
         for f in &s.fields {
             let label = f.source.label();
             let mut v = match &f.source {
-                Source::Body(p) => meaningful(p.get(doc))
+                Source::Body(p) => meaningful(doc.get(t, p))
                     .map_err(|what| format!("field {p} is {what}"))?
                     .clone(),
                 Source::Header(name) => {
@@ -563,7 +660,7 @@ fn strategy_key(
                 pointer: label.clone(),
                 shown,
             });
-            parts.push(strings(&[&label, &form]));
+            parts.push((label, form));
         }
     }
     let scope_name = match s.scope {
@@ -571,18 +668,20 @@ fn strategy_key(
         ScopeKind::Operation => format!("operation:{}", t.operation),
     };
     let version = s.version.to_string();
-    let mut material = vec![
-        Value::String(KEY_LAYOUT.to_owned()),
-        Value::String(origin.tenant.to_owned()),
-        Value::String(origin.provider.to_owned()),
-        Value::String(origin.env.to_owned()),
-        Value::String(scope_name.clone()),
-        Value::String(s.name.clone()),
-        Value::String(version),
-        resource.map_or(Value::Null, |r| Value::String(r.to_owned())),
-    ];
-    material.push(Value::Array(parts));
-    let key = sha256_hex(to_jcs(&Value::Array(material)).as_bytes());
+    let material = material(
+        &[
+            Some(KEY_LAYOUT),
+            Some(origin.tenant),
+            Some(origin.provider),
+            Some(origin.env),
+            Some(&scope_name),
+            Some(&s.name),
+            Some(&version),
+            resource,
+        ],
+        Some(&parts),
+    );
+    let key = sha256_hex(material.as_bytes());
     let mut scope = format!(
         "{}/{}/{}/{}",
         origin.tenant, origin.provider, origin.env, scope_name
@@ -672,5 +771,160 @@ pub fn situation(
             prior,
             differences,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canon::to_jcs;
+
+    /// The value `material` stands for: its strings, then its pairs, as one JSON array.
+    fn as_value(head: &[Option<&str>], pairs: Option<&[(String, String)]>) -> Value {
+        let string = |s: &str| Value::String(s.to_owned());
+        let mut items: Vec<Value> = head.iter().map(|h| h.map_or(Value::Null, string)).collect();
+        if let Some(pairs) = pairs {
+            items.push(Value::Array(
+                pairs
+                    .iter()
+                    .map(|(a, b)| Value::Array(vec![string(a), string(b)]))
+                    .collect(),
+            ));
+        }
+        Value::Array(items)
+    }
+
+    #[test]
+    fn the_material_is_the_jcs_of_its_value() {
+        let texts = [
+            "",
+            "plain",
+            "quote \" and backslash \\",
+            "control \u{1} \n \t \u{1f}",
+            "unicode é 😀 \u{2028}",
+            "/data/amount",
+        ];
+        let pair = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        let pairs_sets: [&[(String, String)]; 3] = [
+            &[],
+            &[pair("/a", "1")],
+            &[pair("/a", texts[2]), pair(texts[3], texts[4])],
+        ];
+        for n in 0..texts.len() {
+            for with_null in [false, true] {
+                let mut head: Vec<Option<&str>> = texts[..n].iter().map(|t| Some(*t)).collect();
+                if with_null {
+                    head.push(None);
+                }
+                assert_eq!(material(&head, None), to_jcs(&as_value(&head, None)));
+                for pairs in pairs_sets {
+                    assert_eq!(
+                        material(&head, Some(pairs)),
+                        to_jcs(&as_value(&head, Some(pairs))),
+                        "head {head:?}, pairs {pairs:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod normalized_tests {
+    use super::*;
+    use crate::contract::parse;
+    use crate::json::{parse as parse_json, Limits};
+
+    const CONTRACT: &str = r#"
+[providers.p]
+event_type = "/type"
+
+[providers.p.types."members"]
+criticality = "critical"
+discriminants = ["/data"]
+volatile = [
+  { field = "/sent_at", why = "differs between sends" },
+  { field = "/data/meta/trace", why = "differs between sends" },
+]
+  [[providers.p.types."members".strategies]]
+  name = "by-id"
+  version = 1
+  level = "business_ref"
+  fields = ["/data/id"]
+
+[providers.p.types."element"]
+criticality = "critical"
+volatile = [{ field = "/items/0", why = "a per-send stamp" }]
+  [[providers.p.types."element".strategies]]
+  name = "by-item"
+  version = 1
+  level = "business_ref"
+  fields = ["/items/1"]
+
+[providers.p.types."rewritten"]
+criticality = "critical"
+volatile = [{ field = "/sent_at", why = "differs between sends" }]
+unordered = [{ field = "/tags", why = "sent in any order" }]
+  [[providers.p.types."rewritten".strategies]]
+  name = "by-top-id"
+  version = 1
+  level = "business_ref"
+  fields = ["/id"]
+"#;
+
+    const DOCS: [&str; 3] = [
+        r#"{"type":"x","sent_at":"t1","id":"a","tags":["b","a"],"items":["stamp","id-1","id-2"],
+            "data":{"id":"d1","meta":{"trace":"t","kept":1},"amount":5}}"#,
+        r#"{"type":"x","id":"a","data":{"id":"d1","meta":"not an object"}}"#,
+        r#"{"type":"x","sent_at":{"nested":true},"items":[],"data":null}"#,
+    ];
+
+    const PLACES: [&str; 14] = [
+        "",
+        "/sent_at",
+        "/sent_at/nested",
+        "/sent_atx",
+        "/data",
+        "/data/id",
+        "/data/meta",
+        "/data/meta/trace",
+        "/data/meta/kept",
+        "/items",
+        "/items/0",
+        "/items/1",
+        "/tags",
+        "/tags/0",
+    ];
+
+    /// Every place reads in the view what it holds in the normalized copy, for a type whose
+    /// volatile fields are members (read as received), one that removes an array element and
+    /// one that rewrites (both read from the copy).
+    #[test]
+    fn the_view_reads_what_the_normalized_body_holds() {
+        let contract = parse("c.toml", CONTRACT).unwrap();
+        for name in ["members", "element", "rewritten"] {
+            let t = contract.event_type("p", name).unwrap();
+            for text in DOCS {
+                let doc = parse_json(text.as_bytes(), &Limits::default()).unwrap();
+                let (copy, notes) = normalized(t, &doc);
+                let view = Normalized::of(t, &doc);
+                assert_eq!(view.notes, notes);
+                for place in PLACES {
+                    let p = Pointer::parse(place).unwrap();
+                    assert_eq!(view.get(t, &p), p.get(&copy), "{name}: {place} in {text}");
+                }
+                assert_eq!(view.whole(t), &copy);
+            }
+        }
+        // The members' type reads as received: no copy is made for its key's fields.
+        let t = contract.event_type("p", "members").unwrap();
+        let doc = parse_json(DOCS[0].as_bytes(), &Limits::default()).unwrap();
+        let view = Normalized::of(t, &doc);
+        view.get(t, &Pointer::parse("/data/id").unwrap());
+        view.get(t, &Pointer::parse("/sent_at").unwrap());
+        assert!(view.copy.get().is_none());
+        // A place enclosing a volatile field needs the copy.
+        view.get(t, &Pointer::parse("/data").unwrap());
+        assert!(view.copy.get().is_some());
     }
 }

@@ -91,6 +91,25 @@ impl Pointer {
         self.tokens.iter().try_fold(doc, |v, t| step_mut(v, t))
     }
 
+    /// What `remove` would take out of `doc`, without changing it: `Some(true)` a member of an
+    /// object, `Some(false)` an element of an array (the elements after it then move down one
+    /// place), `None` nothing.
+    pub(crate) fn removal(&self, doc: &Value) -> Option<bool> {
+        let (last, parents) = self.tokens.split_last()?;
+        match parents.iter().try_fold(doc, |v, t| step(v, t))? {
+            Value::Object(o) => o.get(last).map(|_| true),
+            Value::Array(a) => index(last, a.len()).map(|_| false),
+            _ => None,
+        }
+    }
+
+    /// Whether this place is `other` or inside it (`/a/b` is inside `/a`, `/ab` is not).
+    pub(crate) fn is_within(&self, other: &Pointer) -> bool {
+        self.text
+            .strip_prefix(other.text.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    }
+
     /// Removes the value at this place and returns it. The root cannot be removed.
     pub fn remove(&self, doc: &mut Value) -> Option<Value> {
         let (last, parents) = self.tokens.split_last()?;

@@ -257,7 +257,7 @@ pub(crate) fn value_of(column: &ArchiveColumn, v: Option<&serde_json::Value>) ->
         (ColumnKind::Text, None | Some(J::Null)) => Value::Text(None),
         (ColumnKind::Int, None | Some(J::Null)) => Value::Int(None),
         (ColumnKind::Bytes, None | Some(J::Null)) => Value::Bytes(None),
-        (ColumnKind::Text, Some(J::String(s))) => Value::Text(Some(s.clone())),
+        (ColumnKind::Text, Some(J::String(s))) => Value::Text(Some(s.clone().into())),
         (ColumnKind::Int, Some(J::Number(n))) => Value::Int(Some(n.as_i64().ok_or_else(bad)?)),
         (ColumnKind::Bool, Some(J::Bool(b))) => Value::Bool(*b),
         (ColumnKind::Bytes, Some(J::String(s))) => Value::Bytes(Some(

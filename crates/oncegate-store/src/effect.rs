@@ -13,7 +13,7 @@ use crate::decision::{strategy_from, StrategyRef};
 use crate::delivery::TenantFilter;
 use crate::error::StoreError;
 use crate::plan::{self, Scope, MAX_ATTEMPTS};
-use crate::sql::{int, opt_int, opt_text, text, Query, Row, Statement, Tx, Value};
+use crate::sql::{code, int, opt_int, opt_text, text, Query, Row, Statement, Tx, Value};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -570,7 +570,7 @@ pub(crate) fn insert(e: NewEffect<'_>) -> Statement {
             opt_text(e.key_value),
             opt_text(e.scope_hash),
             Value::Bool(e.durable),
-            text(e.state.as_str()),
+            code(e.state.as_str()),
             int(e.token),
             opt_int(e.lease_until),
             opt_text(e.holder),
@@ -598,7 +598,7 @@ pub(crate) fn link(
         vec![
             text(effect.as_str()),
             text(delivery.as_str()),
-            text(kind.as_str()),
+            code(kind.as_str()),
             int(now),
         ],
     )

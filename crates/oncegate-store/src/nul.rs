@@ -77,7 +77,7 @@ pub(crate) fn params(params: &[Value]) -> Cow<'_, [Value]> {
         params
             .iter()
             .map(|v| match v {
-                Value::Text(Some(s)) => Value::Text(Some(encode(s).into_owned())),
+                Value::Text(Some(s)) => Value::Text(Some(Cow::Owned(encode(s).into_owned()))),
                 other => other.clone(),
             })
             .collect(),

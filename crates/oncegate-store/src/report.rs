@@ -404,7 +404,7 @@ mod tests {
         let mut stmt = conn.prepare(&sql).unwrap();
         use rusqlite::types::Value as V;
         let params = q.params.iter().map(|v| match v {
-            crate::sql::Value::Text(t) => t.clone().map_or(V::Null, V::Text),
+            crate::sql::Value::Text(t) => t.clone().map_or(V::Null, |t| V::Text(t.into_owned())),
             crate::sql::Value::Int(i) => i.map_or(V::Null, V::Integer),
             crate::sql::Value::Bool(b) => V::Integer(i64::from(*b)),
             crate::sql::Value::Bytes(b) => b.clone().map_or(V::Null, V::Blob),

@@ -6,25 +6,37 @@
 //! them to SQLite's equivalent `?1`. Parameters carry their SQL type even when NULL, because
 //! PostgreSQL checks a parameter's type before looking at its value.
 
+use std::borrow::Cow;
 use std::future::Future;
 
 use crate::error::StoreError;
 
-/// One statement parameter.
+/// One statement parameter. A text is borrowed when it is a constant of the program (a
+/// state, an action, a code: `code`), so the hot path's many fixed words cost no copy.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Value {
-    Text(Option<String>),
+    Text(Option<Cow<'static, str>>),
     Int(Option<i64>),
     Bool(bool),
     Bytes(Option<Vec<u8>>),
 }
 
 pub(crate) fn text(s: impl Into<String>) -> Value {
-    Value::Text(Some(s.into()))
+    Value::Text(Some(Cow::Owned(s.into())))
 }
 
 pub(crate) fn opt_text<S: Into<String>>(s: Option<S>) -> Value {
-    Value::Text(s.map(Into::into))
+    Value::Text(s.map(|s| Cow::Owned(s.into())))
+}
+
+/// A constant text of the program (a state, an action, a code), bound without a copy.
+pub(crate) fn code(s: &'static str) -> Value {
+    Value::Text(Some(Cow::Borrowed(s)))
+}
+
+/// An optional constant text (`code`).
+pub(crate) fn opt_code(s: Option<&'static str>) -> Value {
+    Value::Text(s.map(Cow::Borrowed))
 }
 
 pub(crate) fn int(v: i64) -> Value {

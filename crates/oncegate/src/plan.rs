@@ -87,18 +87,19 @@ impl Plan {
         doc: &json::Value,
         salt: &[u8],
     ) -> Plan {
-        let id: Identity = identity::identify(t, r.origin(), doc, &r.headers, salt);
+        let Identity {
+            effect,
+            skipped,
+            discriminants,
+            resource,
+            notes,
+        } = identity::identify(t, r.origin(), doc, &r.headers, salt);
         // `identify` walks the hierarchy in order and stops at the first key, so the skipped
-        // strategies are the first ones of the type's list.
-        let mut details = Details {
-            skipped: id.skipped.clone(),
-            notes: id.notes.clone(),
-            criticality: Some(t.criticality.as_str().to_owned()),
-            ..Details::default()
-        };
-        let Some(k) = &id.effect else {
-            let missing = id
-                .skipped
+        // strategies are the first ones of the type's list. The identity is this plan's own:
+        // its parts move into the plan and its details, none copied.
+        let criticality = Some(t.criticality.as_str().to_owned());
+        let Some(k) = effect else {
+            let missing = skipped
                 .iter()
                 .map(|s| format!("{}: {}", s.label(), s.why))
                 .collect::<Vec<_>>()
@@ -111,51 +112,64 @@ impl Plan {
                 key: None,
                 strategy: None,
                 confidence: None,
-                details,
-                resource: id.resource.clone(),
+                details: Details {
+                    skipped,
+                    notes,
+                    criticality,
+                    ..Details::default()
+                },
+                resource,
                 critical: t.criticality == Criticality::Critical,
             };
         };
-        details.scope = Some(k.scope.clone());
+        let scope = KeyScope::of(&k);
         // An operation-scoped key is one effect for every type declaring the operation: the
         // proof names them, so support can see why a `charge.captured` was ignored after a
         // `payment.succeeded`.
-        if let (Some(op), Some(p)) = (&k.operation, provider) {
-            details.shared_by = p
+        let shared_by = match (&k.operation, provider) {
+            (Some(op), Some(p)) => p
                 .types
                 .values()
                 .filter(|o| &o.operation == op)
                 .map(|o| o.name.clone())
-                .collect();
-        }
-        details.confidence = Some(k.confidence.as_str().to_owned());
-        details.fields = k
-            .fields
-            .iter()
-            .map(|f| UsedField {
-                pointer: f.pointer.clone(),
-                shown: f.shown.clone(),
-            })
-            .collect();
+                .collect(),
+            _ => Vec::new(),
+        };
+        let details = Details {
+            skipped,
+            notes,
+            criticality,
+            scope: Some(k.scope),
+            shared_by,
+            confidence: Some(k.confidence.as_str().to_owned()),
+            fields: k
+                .fields
+                .into_iter()
+                .map(|f| UsedField {
+                    pointer: f.pointer,
+                    shown: f.shown,
+                })
+                .collect(),
+            ..Details::default()
+        };
         let strategy = StrategyRef {
-            name: k.strategy.clone(),
+            name: k.strategy,
             version: k.version,
             level: k.level.as_str().to_owned(),
         };
         let key = EffectKey {
             strategy: strategy.clone(),
-            value: k.key.clone(),
-            scope: KeyScope::of(k),
+            value: k.key,
+            scope,
             confidence: k.confidence,
             horizon: if t.durable {
                 Horizon::Durable
             } else {
                 Horizon::For(to_time(k.horizon))
             },
-            discriminants: id
-                .discriminants
-                .iter()
-                .filter_map(|(f, v)| v.clone().map(|v| (f.clone(), v)))
+            discriminants: discriminants
+                .into_iter()
+                .filter_map(|(f, v)| v.map(|v| (f, v)))
                 .collect(),
         };
         Plan {
@@ -168,7 +182,7 @@ impl Plan {
             strategy: Some(strategy),
             confidence: Some(k.confidence),
             details,
-            resource: id.resource.clone(),
+            resource,
             critical: t.criticality == Criticality::Critical,
         }
     }
@@ -234,20 +248,22 @@ pub(crate) fn journal_entry(
     provider: Option<&Provider>,
 ) -> NewReception {
     let mut kept: BTreeMap<String, String> = BTreeMap::new();
-    let mut names: Vec<String> = KEPT_HEADERS.iter().map(|h| (*h).to_owned()).collect();
+    let event_type_header = provider.and_then(|p| match &p.event_type {
+        EventTypeSource::Header(h) => Some(h.to_ascii_lowercase()),
+        EventTypeSource::Pointer(_) => None,
+    });
+    let mut names: Vec<&str> = KEPT_HEADERS.to_vec();
     if let Some(p) = provider {
-        names.extend(p.delivery_id_header.clone());
-        if let EventTypeSource::Header(h) = &p.event_type {
-            names.push(h.to_ascii_lowercase());
-        }
+        names.extend(p.delivery_id_header.as_deref());
+        names.extend(event_type_header.as_deref());
         // Headers a strategy keys on (`header:<name>`): a late replay recomputes the key
         // from them. An id, never a MAC or a credential.
         for t in p.types.values() {
             for s in t.strategies.iter().chain(&t.shadow) {
                 for f in &s.fields {
                     if let oncegate_core::strategy::Source::Header(h) = &f.source {
-                        if !names.contains(h) {
-                            names.push(h.clone());
+                        if !names.contains(&h.as_str()) {
+                            names.push(h);
                         }
                     }
                 }
@@ -259,12 +275,12 @@ pub(crate) fn journal_entry(
             .as_ref()
             .and_then(|s| s.scheme.timestamp_header())
         {
-            names.push(h.to_owned());
+            names.push(h);
         }
     }
     for name in names {
-        if let Some(v) = r.header_value(&name) {
-            kept.insert(name, v.chars().take(256).collect());
+        if let Some(v) = r.header_value(name) {
+            kept.insert(name.to_owned(), v.chars().take(256).collect());
         }
     }
     NewReception {

@@ -13,7 +13,7 @@ use crate::effect::{self, EffectState, LinkKind, NewEffect};
 use crate::error::StoreError;
 use crate::plan::{self, Plan, Scope};
 use crate::queue::Proposal;
-use crate::sql::{int, opt_int, opt_text, text, Statement, Tx, Value};
+use crate::sql::{code, int, opt_code, opt_int, opt_text, text, Statement, Tx, Value};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -192,7 +192,7 @@ pub(crate) fn prepare(
                  VALUES ($1, $2, 'open', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)",
                 vec![
                     text(id.as_str()),
-                    text(kind.as_str()),
+                    code(kind.as_str()),
                     text(req.delivery.as_str()),
                     text(scope.tenant.as_str()),
                     text(scope.provider.as_str()),
@@ -210,7 +210,7 @@ pub(crate) fn prepare(
                     opt_text(view.effect.as_ref().map(|e| e.first_delivery.as_str())),
                     text(codes::differences_json(&view.differences)),
                     opt_text(plan::existing_result(view)),
-                    text(proposed.as_str()),
+                    code(proposed.as_str()),
                     text(decision.reason.as_str()),
                     int(now),
                     opt_text(req.resource.as_deref()),
@@ -257,21 +257,21 @@ pub(crate) fn prepare(
                 opt_int(strategy.map(|s| i64::from(s.version))),
                 opt_text(strategy.map(|s| s.level.as_str())),
                 opt_text(key.map(|k| k.value.as_str())),
-                opt_text(key.map(|k| k.confidence.as_str())),
-                text(codes::prior_code(view.prior)),
-                text(codes::transport_code(view.transport)),
-                text(decision.action.as_str()),
-                opt_text(decision.layer.map(|l| l.as_str())),
+                opt_code(key.map(|k| k.confidence.as_str())),
+                code(codes::prior_code(view.prior)),
+                code(codes::transport_code(view.transport)),
+                code(decision.action.as_str()),
+                opt_code(decision.layer.map(|l| l.as_str())),
                 text(decision.reason.as_str()),
                 text(codes::flags_json(&decision.flags)),
-                text(decision.rule),
+                code(decision.rule),
                 int(i64::from(MATRIX_VERSION)),
                 opt_text(reference.as_ref().map(DeliveryId::as_str)),
                 opt_text(effect.as_ref().map(EffectId::as_str)),
                 opt_text(queue_item.as_ref().map(QueueItemId::as_str)),
                 text(codes::differences_json(&view.differences)),
                 text(req.details_json.as_str()),
-                opt_text(link.map(LinkKind::as_str)),
+                opt_code(link.map(LinkKind::as_str)),
             ],
     ));
     let existing_result = if decision.action == Action::Ignore {

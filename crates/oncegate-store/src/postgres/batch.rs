@@ -577,13 +577,13 @@ fn first_round(items: &[Item]) -> Result<Vec<(Sent, Vec<usize>, Part)>> {
         if let Some((id, reception)) = &item.journal {
             let (sql, params) = crate::delivery::journal_statement(id, reception);
             journal
-                .get_or_insert_with(|| Rows::new(sql))
+                .get_or_insert_with(|| Rows::new(sql, items.len()))
                 .push(i, params)?;
         }
         if let Some(d) = item.decide.as_ref().filter(|_| item.failed.is_none()) {
             let (sql, params) = view::statement(&d.scope, &d.request);
             views
-                .get_or_insert_with(|| Rows::new(sql))
+                .get_or_insert_with(|| Rows::new(sql, items.len()))
                 .push(i, params)?;
             viewers.push(i);
         }
@@ -591,7 +591,7 @@ fn first_round(items: &[Item]) -> Result<Vec<(Sent, Vec<usize>, Part)>> {
             let (sql, params) =
                 crate::effect::complete_statement(&c.effect, c.token, &c.result, c.now);
             completes
-                .get_or_insert_with(|| Rows::new(sql))
+                .get_or_insert_with(|| Rows::new(sql, items.len()))
                 .push(i, params)?;
             completers.push(i);
         }
@@ -814,7 +814,7 @@ pub(crate) fn complete_text() -> String {
         "{}",
         OffsetDateTime::UNIX_EPOCH,
     );
-    let mut rows = Rows::new(sql);
+    let mut rows = Rows::new(sql, 1);
     let built = rows
         .push(0, params)
         .and_then(|()| set::Statement::default().update(rows, "c", None));
@@ -850,7 +850,7 @@ fn chained_set(order: &[usize], prepared: &mut [Option<Prepared>]) -> Result<Opt
         let at = match groups.iter().position(|g| g.template() == sql) {
             Some(at) => at,
             None => {
-                groups.push(Rows::new(sql));
+                groups.push(Rows::new(sql, order.len()));
                 groups.len() - 1
             }
         };
@@ -919,7 +919,7 @@ fn chained_set(order: &[usize], prepared: &mut [Option<Prepared>]) -> Result<Opt
 /// The order a decision's head takes its lock in (decisions without a head come first).
 fn lock_order(p: Option<&Prepared>) -> Option<&str> {
     match p.and_then(Prepared::lock_key) {
-        Some(Value::Text(Some(s))) => Some(s.as_str()),
+        Some(Value::Text(Some(s))) => Some(s.as_ref()),
         _ => None,
     }
 }

@@ -12,6 +12,8 @@
 //! column of the row's `unnest` alias. Hand-written, because no driver or query builder turns a
 //! prepared statement's parameters into columns of arrays.
 
+use std::borrow::Cow;
+
 use tokio_postgres::types::ToSql;
 
 use crate::error::StoreError;
@@ -23,19 +25,20 @@ type Result<T> = std::result::Result<T, StoreError>;
 /// as one array parameter.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Array {
-    Text(Vec<Option<String>>),
+    Text(Vec<Option<Cow<'static, str>>>),
     Int(Vec<Option<i64>>),
     Bool(Vec<Option<bool>>),
     Bytes(Vec<Option<Vec<u8>>>),
 }
 
 impl Array {
-    fn like(v: &Value) -> Array {
+    /// An empty column for values like `v`, with room for `rows` of them.
+    fn like(v: &Value, rows: usize) -> Array {
         match v {
-            Value::Text(_) => Array::Text(Vec::new()),
-            Value::Int(_) => Array::Int(Vec::new()),
-            Value::Bool(_) => Array::Bool(Vec::new()),
-            Value::Bytes(_) => Array::Bytes(Vec::new()),
+            Value::Text(_) => Array::Text(Vec::with_capacity(rows)),
+            Value::Int(_) => Array::Int(Vec::with_capacity(rows)),
+            Value::Bool(_) => Array::Bool(Vec::with_capacity(rows)),
+            Value::Bytes(_) => Array::Bytes(Vec::with_capacity(rows)),
         }
     }
 
@@ -77,10 +80,10 @@ impl Array {
 }
 
 /// A text as PostgreSQL stores it (`nul`), without a copy when it needs no spelling.
-fn spelled(s: String) -> String {
+fn spelled(s: Cow<'static, str>) -> Cow<'static, str> {
     match crate::nul::encode(&s) {
-        std::borrow::Cow::Borrowed(_) => s,
-        std::borrow::Cow::Owned(o) => o,
+        Cow::Borrowed(_) => s,
+        Cow::Owned(o) => Cow::Owned(o),
     }
 }
 
@@ -94,11 +97,13 @@ pub(super) struct Rows {
 }
 
 impl Rows {
-    pub fn new(template: &'static str) -> Rows {
+    /// Rows of `template` for up to `members` members: each column is made that long at once,
+    /// not grown row by row.
+    pub fn new(template: &'static str, members: usize) -> Rows {
         Rows {
             template,
             columns: Vec::new(),
-            members: Vec::new(),
+            members: Vec::with_capacity(members),
         }
     }
 
@@ -109,7 +114,8 @@ impl Rows {
     /// Adds member `member`'s row: the parameters of one run of the template.
     pub fn push(&mut self, member: usize, params: Vec<Value>) -> Result<()> {
         if self.members.is_empty() {
-            self.columns = params.iter().map(Array::like).collect();
+            let rows = self.members.capacity();
+            self.columns = params.iter().map(|v| Array::like(v, rows)).collect();
         } else if params.len() != self.columns.len() {
             return Err(StoreError::corrupt(format!(
                 "a set statement's rows have {} and {} parameters",
@@ -455,7 +461,7 @@ mod tests {
 
     #[test]
     fn an_insert_reads_each_placeholder_from_its_column() {
-        let mut rows = Rows::new("INSERT INTO t (a, b, c) VALUES ($1, 'open', $2, $2)");
+        let mut rows = Rows::new("INSERT INTO t (a, b, c) VALUES ($1, 'open', $2, $2)", 2);
         rows.push(0, vec![text("x"), int(1)]).unwrap();
         rows.push(3, vec![opt_text(None::<String>), int(2)])
             .unwrap();
@@ -479,7 +485,10 @@ mod tests {
 
     #[test]
     fn an_insert_of_one_column_is_a_template_too() {
-        let mut rows = Rows::new("INSERT INTO t (a) VALUES ($1) ON CONFLICT (a) DO NOTHING");
+        let mut rows = Rows::new(
+            "INSERT INTO t (a) VALUES ($1) ON CONFLICT (a) DO NOTHING",
+            2,
+        );
         rows.push(0, vec![text("x")]).unwrap();
         let sql = Statement::default().insert(rows, "r", None, true).unwrap();
         assert_eq!(
@@ -491,9 +500,7 @@ mod tests {
 
     #[test]
     fn a_conflict_clause_reads_the_conflicting_rows_own_values() {
-        let mut rows = Rows::new(
-            "INSERT INTO i (k, e) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET e = excluded.e WHERE i.e <= $3",
-        );
+        let mut rows = Rows::new("INSERT INTO i (k, e) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET e = excluded.e WHERE i.e <= $3", 2);
         rows.push(0, vec![text("k"), int(1), int(9)]).unwrap();
         let mut st = Statement::default();
         let sql = st.insert(rows, "h", None, true).unwrap();
@@ -509,7 +516,7 @@ mod tests {
 
     #[test]
     fn an_update_joins_its_rows_and_returns_their_members() {
-        let mut rows = Rows::new("UPDATE e SET s = $3, n = n + 1 WHERE id = $1 AND t = $2");
+        let mut rows = Rows::new("UPDATE e SET s = $3, n = n + 1 WHERE id = $1 AND t = $2", 2);
         rows.push(5, vec![text("e1"), int(1), text("done")])
             .unwrap();
         let mut st = Statement::default();
@@ -524,7 +531,7 @@ mod tests {
 
     #[test]
     fn a_read_is_joined_laterally_to_each_members_row() {
-        let mut rows = Rows::new("SELECT x FROM t WHERE k = CAST($1 AS TEXT) LIMIT 1");
+        let mut rows = Rows::new("SELECT x FROM t WHERE k = CAST($1 AS TEXT) LIMIT 1", 2);
         rows.push(1, vec![text("a")]).unwrap();
         rows.push(2, vec![text("b")]).unwrap();
         let mut st = Statement::default();
@@ -539,7 +546,7 @@ mod tests {
     #[test]
     fn binding_alone_binds_what_writing_the_text_binds() {
         let rows = || {
-            let mut rows = Rows::new("UPDATE e SET s = $2 WHERE id = $1");
+            let mut rows = Rows::new("UPDATE e SET s = $2 WHERE id = $1", 2);
             rows.push(0, vec![text("e1"), text("a")]).unwrap();
             rows.push(1, vec![text("e2"), text("b")]).unwrap();
             rows
@@ -557,22 +564,22 @@ mod tests {
 
     #[test]
     fn rows_of_another_shape_are_refused() {
-        let mut rows = Rows::new("INSERT INTO t (a) VALUES ($1)");
+        let mut rows = Rows::new("INSERT INTO t (a) VALUES ($1)", 2);
         rows.push(0, vec![text("x")]).unwrap();
         assert!(rows.push(1, vec![int(1)]).is_err());
         assert!(rows.push(1, vec![text("x"), text("y")]).is_err());
         let mut st = Statement::default();
-        let mut bad = Rows::new("DELETE FROM t WHERE a = $1");
+        let mut bad = Rows::new("DELETE FROM t WHERE a = $1", 2);
         bad.push(0, vec![text("x")]).unwrap();
         assert!(st.update(bad, "d", None).is_err());
-        let mut over = Rows::new("INSERT INTO t (a) VALUES ($2)");
+        let mut over = Rows::new("INSERT INTO t (a) VALUES ($2)", 2);
         over.push(0, vec![text("x")]).unwrap();
         assert!(st.insert(over, "o", None, false).is_err());
     }
 
     #[test]
     fn texts_are_spelled_for_postgres_in_the_arrays() {
-        let mut rows = Rows::new("INSERT INTO t (a) VALUES ($1)");
+        let mut rows = Rows::new("INSERT INTO t (a) VALUES ($1)", 2);
         rows.push(0, vec![text("a\0b")]).unwrap();
         match &rows.columns[0] {
             Array::Text(v) => assert_ne!(v[0].as_deref(), Some("a\0b")),
