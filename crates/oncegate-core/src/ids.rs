@@ -33,14 +33,18 @@ pub struct IdError {
 /// Crockford base32, as ULIDs use: sortable, no ambiguous letters.
 const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
 
-fn encode(value: u128) -> String {
-    let mut out = [0u8; 26];
+/// `prefix` and the 26 characters of `value`, in one allocation.
+fn encode(prefix: &str, value: u128) -> String {
+    let mut body = [0u8; 26];
     let mut v = value;
-    for slot in out.iter_mut().rev() {
+    for slot in body.iter_mut().rev() {
         *slot = ALPHABET[(v & 31) as usize];
         v >>= 5;
     }
-    String::from_utf8(out.to_vec()).expect("alphabet is ASCII")
+    let mut out = String::with_capacity(prefix.len() + body.len());
+    out.push_str(prefix);
+    out.push_str(std::str::from_utf8(&body).expect("alphabet is ASCII"));
+    out
 }
 
 fn valid_body(body: &str) -> bool {
@@ -61,7 +65,7 @@ macro_rules! prefixed_id {
 
             /// Builds the id from 128 bits chosen by the caller (time-ordered bits sort best).
             pub fn from_u128(value: u128) -> Self {
-                $name(format!("{}{}", $prefix, encode(value)))
+                $name(encode($prefix, value))
             }
 
             #[doc = concat!("The whole id as text, prefix included (`", $prefix, "…`), as stored and shown.")]

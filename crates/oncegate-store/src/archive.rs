@@ -243,7 +243,10 @@ pub(crate) fn row_json(
 }
 
 /// An archived value back as a statement parameter, checked against its column's kind.
-pub(crate) fn value_of(column: &ArchiveColumn, v: Option<&serde_json::Value>) -> Result<Value> {
+pub(crate) fn value_of(
+    column: &ArchiveColumn,
+    v: Option<&serde_json::Value>,
+) -> Result<Value<'static>> {
     use serde_json::Value as J;
     let bad = || {
         ArchiveError::Invalid(format!(

@@ -241,7 +241,7 @@ impl BreakerTally {
     }
 }
 
-fn scope_params(s: &BreakerScope) -> Vec<Value> {
+fn scope_params(s: &BreakerScope) -> Vec<Value<'_>> {
     vec![
         text(s.provider.as_str()),
         text(s.env.as_str()),
@@ -342,7 +342,7 @@ const EARLIER_SUMS: &str = "SELECT CAST(COALESCE(SUM(matches), 0) AS BIGINT), CA
 async fn counted_in_turn<T: Tx + Send>(
     tx: &mut T,
     scope: &BreakerScope,
-    add: Vec<Value>,
+    add: Vec<Value<'_>>,
     oldest: i64,
     bucket: i64,
 ) -> Result<Counted> {
@@ -380,7 +380,7 @@ async fn counted_in_turn<T: Tx + Send>(
 async fn counted_at_once<T: Tx + Send>(
     tx: &mut T,
     scope: &BreakerScope,
-    add: Vec<Value>,
+    add: Vec<Value<'_>>,
     oldest: i64,
 ) -> Result<Counted> {
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();

@@ -282,8 +282,8 @@ pub struct ProofRecord {
 }
 
 /// The delivery's event type: the request's once the body was read, else the journal's.
-pub(crate) fn event_type_of(scope: &Scope, req: &DecideRequest) -> Option<String> {
-    req.event_type.clone().or_else(|| scope.event_type.clone())
+pub(crate) fn event_type_of<'a>(scope: &'a Scope, req: &'a DecideRequest) -> Option<&'a str> {
+    req.event_type.as_deref().or(scope.event_type.as_deref())
 }
 
 pub(crate) fn already_decided(id: &DeliveryId) -> StoreError {

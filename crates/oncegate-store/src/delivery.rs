@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use crate::codes::{delivery_id_floor, from_ms, ms};
 use crate::error::StoreError;
 use crate::plan;
-use crate::sql::{int, opt_code, opt_text, text, Query, Row, Statement, Tx, Value};
+use crate::sql::{int, opt_text, text, Query, Row, Statement, Tx, Value};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -257,7 +257,7 @@ pub(crate) async fn journal<T: Tx + Send>(
 }
 
 /// The journal's one statement (see `journal`), for a backend that sends several at once.
-pub(crate) fn journal_statement(id: &DeliveryId, r: &NewReception) -> Statement {
+pub(crate) fn journal_statement<'a>(id: &'a DeliveryId, r: &'a NewReception) -> Statement<'a> {
     (
         "INSERT INTO deliveries (id, tenant, provider, env, event_type, received_at, size, body_sha256, headers_json, \
          payload, transport_key, transport_strength, correlation_id) \
@@ -274,7 +274,7 @@ pub(crate) fn journal_statement(id: &DeliveryId, r: &NewReception) -> Statement 
             text(r.headers_json.as_str()),
             Value::Bytes(r.payload.clone()),
             opt_text(r.transport_key.as_ref().map(|k| k.value.as_str())),
-            opt_code(r.transport_key.as_ref().map(|k| k.strength.as_str())),
+            opt_text(r.transport_key.as_ref().map(|k| k.strength.as_str())),
             opt_text(r.correlation_id.as_deref()),
         ],
     )

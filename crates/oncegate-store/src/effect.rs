@@ -13,7 +13,7 @@ use crate::decision::{strategy_from, StrategyRef};
 use crate::delivery::TenantFilter;
 use crate::error::StoreError;
 use crate::plan::{self, Scope, MAX_ATTEMPTS};
-use crate::sql::{code, int, opt_int, opt_text, text, Query, Row, Statement, Tx, Value};
+use crate::sql::{int, opt_int, opt_text, text, Query, Row, Statement, Tx, Value};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -352,7 +352,7 @@ async fn as_holder<T: Tx + Send>(
     token: u64,
     now: OffsetDateTime,
     set: &str,
-    values: Vec<Value>,
+    values: Vec<Value<'_>>,
 ) -> Result<()> {
     let sql = format!("UPDATE effects SET {set}, updated_at = $3 WHERE {HOLDER}");
     let mut params = vec![text(effect.as_str()), int(token as i64), int(ms(now))];
@@ -425,12 +425,12 @@ fn same_result(stored: &str, presented: &str) -> bool {
 
 /// `complete`'s guarded update (one row changed, or none when the effect is no longer the
 /// holder's: then `refusal` says why), for a backend that sends several at once.
-pub(crate) fn complete_statement(
-    effect: &EffectId,
+pub(crate) fn complete_statement<'a>(
+    effect: &'a EffectId,
     token: u64,
-    result: &str,
+    result: &'a str,
     now: OffsetDateTime,
-) -> Statement {
+) -> Statement<'a> {
     // The state is tested inside a CASE so no plan can read the condition as the predicate of
     // the `effects_leases` partial index: under a generic plan, PostgreSQL chose to scan every
     // reserved effect through it (and hash-join them to a batch's completes) over the primary
@@ -528,12 +528,13 @@ pub(crate) async fn claim<T: Tx + Send>(
 
 /// A new effect row, as a decision or a resolution writes it.
 pub(crate) struct NewEffect<'a> {
-    pub id: &'a EffectId,
+    /// Owned: a new effect's id is made where its insert is.
+    pub id: String,
     pub scope: &'a Scope,
     pub event_type: Option<&'a str>,
     pub strategy: Option<&'a StrategyRef>,
     pub key_value: Option<&'a str>,
-    pub scope_hash: Option<&'a str>,
+    pub scope_hash: Option<String>,
     pub durable: bool,
     pub state: EffectState,
     pub token: i64,
@@ -554,12 +555,12 @@ const INSERT_EFFECT: &str = "INSERT INTO effects (id, tenant, provider, env, eve
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, NULL, NULL, $17, $18, $19, $20, $20, $21, $22)";
 
 /// The statement that inserts `e`.
-pub(crate) fn insert(e: NewEffect<'_>) -> Statement {
+pub(crate) fn insert(e: NewEffect<'_>) -> Statement<'_> {
     let strategy = e.strategy;
     (
         INSERT_EFFECT,
         vec![
-            text(e.id.as_str()),
+            text(e.id),
             text(e.scope.tenant.as_str()),
             text(e.scope.provider.as_str()),
             text(e.scope.env.as_str()),
@@ -570,7 +571,7 @@ pub(crate) fn insert(e: NewEffect<'_>) -> Statement {
             opt_text(e.key_value),
             opt_text(e.scope_hash),
             Value::Bool(e.durable),
-            code(e.state.as_str()),
+            text(e.state.as_str()),
             int(e.token),
             opt_int(e.lease_until),
             opt_text(e.holder),
@@ -586,19 +587,19 @@ pub(crate) fn insert(e: NewEffect<'_>) -> Statement {
 }
 
 /// The statement that links a delivery to an effect (once per kind).
-pub(crate) fn link(
-    effect: &EffectId,
-    delivery: &DeliveryId,
+pub(crate) fn link<'a>(
+    effect: &'a EffectId,
+    delivery: &'a DeliveryId,
     kind: LinkKind,
     now: i64,
-) -> Statement {
+) -> Statement<'a> {
     (
         "INSERT INTO links (effect_id, delivery_id, kind, at) VALUES ($1, $2, $3, $4) \
          ON CONFLICT (effect_id, delivery_id, kind) DO NOTHING",
         vec![
             text(effect.as_str()),
             text(delivery.as_str()),
-            code(kind.as_str()),
+            text(kind.as_str()),
             int(now),
         ],
     )

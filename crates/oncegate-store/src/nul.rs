@@ -68,7 +68,7 @@ pub(crate) fn decode(s: String) -> Result<String, StoreError> {
 
 /// The parameters with their texts as PostgreSQL stores them; borrowed (no copy) when no text
 /// needs it, which is every parameter of ordinary traffic.
-pub(crate) fn params(params: &[Value]) -> Cow<'_, [Value]> {
+pub(crate) fn params<'p, 'a>(params: &'p [Value<'a>]) -> Cow<'p, [Value<'a>]> {
     let spelled = |v: &Value| matches!(v, Value::Text(Some(s)) if needs_spelling(s));
     if !params.iter().any(spelled) {
         return Cow::Borrowed(params);

@@ -487,7 +487,7 @@ pub(crate) async fn item<T: Tx + Send>(tx: &mut T, id: &QueueItemId) -> Result<O
 }
 
 /// The filters a listing and its counts share: tenant, provider, type, delivery and age.
-fn scope(q: &mut Query, f: &QueueFilter) {
+fn scope<'a>(q: &mut Query<'a>, f: &'a QueueFilter) {
     q.tenants("q.tenant", &f.tenants);
     q.eq_if("q.provider", f.provider.as_deref());
     q.eq_if("q.event_type", f.event_type.as_deref());

@@ -181,11 +181,11 @@ impl Period {
 /// Restricts a count over table `alias` to rows whose `time` is in the period and to the
 /// tenants, and groups it by tenant, provider, environment and type (after the minute of
 /// `time` with `by_minute`).
-fn grouped(
-    q: &mut Query,
+fn grouped<'a>(
+    q: &mut Query<'a>,
     alias: &str,
     time: &str,
-    tenants: &TenantFilter,
+    tenants: &'a TenantFilter,
     period: Period,
     by_minute: bool,
 ) {
@@ -209,7 +209,11 @@ fn group_columns(alias: &str, time: &str, by_minute: bool) -> String {
 
 /// The deliveries of the period per group (per minute and group with `by_minute`), with what
 /// their proofs decided.
-pub(crate) fn deliveries_query(tenants: &TenantFilter, period: Period, by_minute: bool) -> Query {
+pub(crate) fn deliveries_query(
+    tenants: &TenantFilter,
+    period: Period,
+    by_minute: bool,
+) -> Query<'_> {
     let mut q = Query::new(&format!(
         "SELECT {}, COUNT(*), \
          COUNT(CASE WHEN p.action = 'reject' THEN 1 END), \
@@ -229,7 +233,7 @@ pub(crate) fn deliveries_query(tenants: &TenantFilter, period: Period, by_minute
 
 /// The effects created in the period per group (per minute and group with `by_minute`), by
 /// state.
-pub(crate) fn effects_query(tenants: &TenantFilter, period: Period, by_minute: bool) -> Query {
+pub(crate) fn effects_query(tenants: &TenantFilter, period: Period, by_minute: bool) -> Query<'_> {
     let mut q = Query::new(&format!(
         "SELECT {}, \
          COUNT(CASE WHEN e.state = 'completed' THEN 1 END), \

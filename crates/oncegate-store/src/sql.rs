@@ -11,39 +11,31 @@ use std::future::Future;
 
 use crate::error::StoreError;
 
-/// One statement parameter. A text is borrowed when it is a constant of the program (a
-/// state, an action, a code: `code`), so the hot path's many fixed words cost no copy.
+/// One statement parameter. A text is borrowed from what the statement is made of (a request,
+/// a scope, a constant of the program) for as long as the statement lives, so the hot path's
+/// statements copy none of their texts; an owned one is for a text made for the statement.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Value {
-    Text(Option<Cow<'static, str>>),
+pub(crate) enum Value<'a> {
+    Text(Option<Cow<'a, str>>),
     Int(Option<i64>),
     Bool(bool),
     Bytes(Option<Vec<u8>>),
 }
 
-pub(crate) fn text(s: impl Into<String>) -> Value {
-    Value::Text(Some(Cow::Owned(s.into())))
+/// A text parameter: borrowed from a `&str`, owned from a `String`.
+pub(crate) fn text<'a>(s: impl Into<Cow<'a, str>>) -> Value<'a> {
+    Value::Text(Some(s.into()))
 }
 
-pub(crate) fn opt_text<S: Into<String>>(s: Option<S>) -> Value {
-    Value::Text(s.map(|s| Cow::Owned(s.into())))
+pub(crate) fn opt_text<'a, S: Into<Cow<'a, str>>>(s: Option<S>) -> Value<'a> {
+    Value::Text(s.map(Into::into))
 }
 
-/// A constant text of the program (a state, an action, a code), bound without a copy.
-pub(crate) fn code(s: &'static str) -> Value {
-    Value::Text(Some(Cow::Borrowed(s)))
-}
-
-/// An optional constant text (`code`).
-pub(crate) fn opt_code(s: Option<&'static str>) -> Value {
-    Value::Text(s.map(Cow::Borrowed))
-}
-
-pub(crate) fn int(v: i64) -> Value {
+pub(crate) fn int(v: i64) -> Value<'static> {
     Value::Int(Some(v))
 }
 
-pub(crate) fn opt_int(v: Option<i64>) -> Value {
+pub(crate) fn opt_int(v: Option<i64>) -> Value<'static> {
     Value::Int(v)
 }
 
@@ -175,8 +167,8 @@ pub(crate) trait Tx: Send {
     /// `postgres::executor`).
     fn write_decision(
         &mut self,
-        head: Option<&Statement>,
-        rest: &[Statement],
+        head: Option<&Statement<'_>>,
+        rest: &[Statement<'_>],
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         async move {
             if let Some((sql, params)) = head {
@@ -191,17 +183,17 @@ pub(crate) trait Tx: Send {
 }
 
 /// One statement of an `exec_all` list.
-pub(crate) type Statement = (&'static str, Vec<Value>);
+pub(crate) type Statement<'a> = (&'static str, Vec<Value<'a>>);
 
 /// Builds a statement with a growing list of parameters, numbering placeholders as it goes.
 /// Used by the listings, whose filters add conditions one by one.
 #[derive(Debug, Default)]
-pub(crate) struct Query {
+pub(crate) struct Query<'a> {
     pub sql: String,
-    pub params: Vec<Value>,
+    pub params: Vec<Value<'a>>,
 }
 
-impl Query {
+impl<'a> Query<'a> {
     pub fn new(sql: &str) -> Self {
         Query {
             sql: sql.to_owned(),
@@ -210,7 +202,7 @@ impl Query {
     }
 
     /// Adds a parameter and returns its placeholder.
-    pub fn bind(&mut self, v: Value) -> String {
+    pub fn bind(&mut self, v: Value<'a>) -> String {
         self.params.push(v);
         format!("${}", self.params.len())
     }
@@ -220,7 +212,7 @@ impl Query {
     }
 
     /// Appends ` AND <column> = <param>` when the value is present.
-    pub fn eq_if(&mut self, column: &str, v: Option<&str>) {
+    pub fn eq_if(&mut self, column: &str, v: Option<&'a str>) {
         if let Some(v) = v {
             let p = self.bind(text(v));
             self.sql.push_str(&format!(" AND {column} = {p}"));
@@ -229,7 +221,7 @@ impl Query {
 
     /// Appends the tenant restriction: nothing for all tenants, an `IN` list otherwise (and a
     /// condition that is never true for an empty list).
-    pub fn tenants(&mut self, column: &str, filter: &crate::delivery::TenantFilter) {
+    pub fn tenants(&mut self, column: &str, filter: &'a crate::delivery::TenantFilter) {
         if let crate::delivery::TenantFilter::Only(list) = filter {
             if list.is_empty() {
                 self.sql.push_str(" AND 1 = 0");

@@ -12,7 +12,7 @@ use crate::decision::{event_type_of, DecideRequest, PriorView};
 use crate::delivery::TransportStrength;
 use crate::error::StoreError;
 use crate::plan::{self, EffectRow, Scope};
-use crate::sql::{opt_int, opt_text, text, Row, Tx, Value};
+use crate::sql::{opt_int, opt_text, text, Row, Statement, Tx};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -81,12 +81,9 @@ pub(super) async fn load<T: Tx + Send>(
 pub(crate) const TRANSPORT_WINDOW: time::Duration = time::Duration::days(31);
 
 /// The view's statement (see `load`), for a backend that sends several at once.
-pub(crate) fn statement(scope: &Scope, req: &DecideRequest) -> (&'static str, Vec<Value>) {
+pub(crate) fn statement<'a>(scope: &'a Scope, req: &'a DecideRequest) -> Statement<'a> {
     let event_type = event_type_of(scope, req);
-    let hash = req
-        .key
-        .as_ref()
-        .map(|key| scope.key_hash(event_type.as_deref(), key));
+    let hash = req.key.as_ref().map(|key| scope.key_hash(event_type, key));
     let strategy = req.key.as_ref().map(|key| &key.strategy);
     (
         view_sql(),

@@ -13,7 +13,7 @@ use crate::effect::{self, EffectState, LinkKind, NewEffect};
 use crate::error::StoreError;
 use crate::plan::{self, Plan, Scope};
 use crate::queue::Proposal;
-use crate::sql::{code, int, opt_code, opt_int, opt_text, text, Statement, Tx, Value};
+use crate::sql::{int, opt_int, opt_text, text, Statement, Tx, Value};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -42,50 +42,50 @@ pub(super) async fn apply<T: Tx + Send>(
         Ok(applied) => applied,
         // The proof's primary key: another transaction decided this delivery concurrently.
         // Nothing of this attempt was kept.
-        Err(e) => return Err(prepared.refused(e)),
+        Err(e) => return Err(refused(&req.delivery, e)),
     };
     Ok(applied.then_some(prepared.outcome))
 }
 
-/// A decision's writes, ready to run (`Tx::write_decision`), and its answer once they did.
-pub(crate) struct Prepared {
-    /// The conditional write that settles a race, if the plan has one.
-    pub head: Option<Statement>,
-    /// Everything else, kept only if the head changed a row.
-    pub writes: Vec<Statement>,
-    /// What the decision answers once its writes committed.
-    pub outcome: DecideOutcome,
-    delivery: DeliveryId,
+/// The error of a decision of `delivery` whose writes were refused: a conflict is the proof's
+/// primary key, so another transaction decided this delivery first.
+pub(crate) fn refused(delivery: &DeliveryId, e: StoreError) -> StoreError {
+    match e {
+        StoreError::Conflict(_) => already_decided(delivery),
+        e => e,
+    }
 }
 
-impl Prepared {
-    /// The error of a decision whose writes were refused: a conflict is the proof's primary
-    /// key, so another transaction decided this delivery first.
-    pub fn refused(&self, e: StoreError) -> StoreError {
-        match e {
-            StoreError::Conflict(_) => already_decided(&self.delivery),
-            e => e,
-        }
-    }
+/// A decision's writes, ready to run (`Tx::write_decision`), and its answer once they did.
+/// Their texts are borrowed from the request, its scope and its view, which outlive them.
+pub(crate) struct Prepared<'a> {
+    /// The conditional write that settles a race, if the plan has one.
+    pub head: Option<Statement<'a>>,
+    /// Everything else, kept only if the head changed a row.
+    pub writes: Vec<Statement<'a>>,
+    /// What the decision answers once its writes committed.
+    pub outcome: DecideOutcome,
+}
 
+impl Prepared<'_> {
     /// What the head locks (the key's index slot, or the effect taken over), so a backend
     /// writing several decisions in one transaction can take their locks in one order.
-    pub fn lock_key(&self) -> Option<&Value> {
+    pub fn lock_key(&self) -> Option<&Value<'_>> {
         self.head.as_ref().and_then(|(_, params)| params.first())
     }
 }
 
 /// What a decision writes and answers, without running it.
-pub(crate) fn prepare(
-    scope: &Scope,
-    req: &DecideRequest,
-    view: &PriorView,
+pub(crate) fn prepare<'a>(
+    scope: &'a Scope,
+    req: &'a DecideRequest,
+    view: &'a PriorView,
     decision: Decision,
-) -> Result<Prepared> {
+) -> Result<Prepared<'a>> {
     let now = ms(req.now);
-    let event_type = event_type_of(scope, req);
+    let event_type: Option<&'a str> = event_type_of(scope, req);
     let key = req.key.as_ref();
-    let hash = key.map(|k| scope.key_hash(event_type.as_deref(), k));
+    let hash = key.map(|k| scope.key_hash(event_type, k));
     let durable = matches!(key.map(|k| k.horizon), Some(Horizon::Durable));
     let lease_until = now.saturating_add(duration_ms(req.lease));
     let discriminants = codes::map_json(&key.map(|k| k.discriminants.clone()).unwrap_or_default());
@@ -105,33 +105,34 @@ pub(crate) fn prepare(
     let mut writes: Vec<Statement> = Vec::new();
     // A new effect reserved for this delivery with fencing token 1, in the unique index
     // (`scope_hash` given) or beside it (a possible duplicate, an unkeyed delivery).
-    let reserve_new = |writes: &mut Vec<Statement>, id: &EffectId, scope_hash: Option<&str>| {
-        writes.push(effect::insert(NewEffect {
-            id,
-            scope,
-            event_type: event_type.as_deref(),
-            strategy: key.map(|k| &k.strategy),
-            key_value: key.map(|k| k.value.as_str()),
-            scope_hash,
-            durable,
-            state: EffectState::Reserved,
-            token: 1,
-            lease_until: Some(lease_until),
-            holder: None,
-            discriminants: discriminants.clone(),
-            authoritative_ref: None,
-            first_delivery: &req.delivery,
-            queue_item: None,
-            now,
-            resource: req.resource.as_deref(),
-            critical: req.critical,
-        }));
-        Ok::<_, StoreError>(Reservation {
-            effect: id.clone(),
-            fencing_token: 1,
-            lease_until: from_ms(lease_until)?,
-        })
-    };
+    let reserve_new =
+        |writes: &mut Vec<Statement<'a>>, id: &EffectId, scope_hash: Option<String>| {
+            writes.push(effect::insert(NewEffect {
+                id: id.as_str().to_owned(),
+                scope,
+                event_type,
+                strategy: key.map(|k| &k.strategy),
+                key_value: key.map(|k| k.value.as_str()),
+                scope_hash,
+                durable,
+                state: EffectState::Reserved,
+                token: 1,
+                lease_until: Some(lease_until),
+                holder: None,
+                discriminants: discriminants.clone(),
+                authoritative_ref: None,
+                first_delivery: &req.delivery,
+                queue_item: None,
+                now,
+                resource: req.resource.as_deref(),
+                critical: req.critical,
+            }));
+            Ok::<_, StoreError>(Reservation {
+                effect: id.clone(),
+                fencing_token: 1,
+                lease_until: from_ms(lease_until)?,
+            })
+        };
     match plan::plan(key, view, &decision) {
         Plan::ReserveIndexed => {
             let id = EffectId::from_u128(new_id(req.now));
@@ -146,9 +147,9 @@ pub(crate) fn prepare(
                 "INSERT INTO effect_index (scope_hash, effect_id, expires_at) VALUES ($1, $2, $3) \
                  ON CONFLICT (scope_hash) DO UPDATE SET effect_id = excluded.effect_id, expires_at = excluded.expires_at \
                  WHERE effect_index.expires_at IS NOT NULL AND effect_index.expires_at <= $4",
-                vec![text(hash.as_str()), text(id.as_str()), opt_int(expires), int(now)],
+                vec![text(hash.clone()), text(id.as_str().to_owned()), opt_int(expires), int(now)],
             ));
-            reservation = Some(reserve_new(&mut writes, &id, Some(hash.as_str()))?);
+            reservation = Some(reserve_new(&mut writes, &id, Some(hash))?);
             link = Some(LinkKind::Reserved);
             effect = Some(id);
         }
@@ -160,7 +161,7 @@ pub(crate) fn prepare(
                  holder = NULL, error = NULL, updated_at = $4 \
                  WHERE id = $1 AND fencing_token = $2 \
                  AND (state IN ('failed_retryable', 'unknown') OR (state = 'reserved' AND lease_until <= $4))",
-                vec![text(id.as_str()), int(token as i64), int(lease_until), int(now)],
+                vec![text(id.as_str().to_owned()), int(token as i64), int(lease_until), int(now)],
             ));
             link = Some(LinkKind::Reserved);
             reservation = Some(Reservation {
@@ -172,7 +173,7 @@ pub(crate) fn prepare(
         }
         Plan::ReserveUnindexed => {
             let id = EffectId::from_u128(new_id(req.now));
-            reservation = Some(reserve_new(&mut writes, &id, hash.as_deref())?);
+            reservation = Some(reserve_new(&mut writes, &id, hash.clone())?);
             link = Some(LinkKind::Reserved);
             effect = Some(id);
         }
@@ -191,27 +192,27 @@ pub(crate) fn prepare(
                  first_delivery, differences, existing_result, proposed, reason, created_at, resource, critical) \
                  VALUES ($1, $2, 'open', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)",
                 vec![
-                    text(id.as_str()),
-                    code(kind.as_str()),
+                    text(id.as_str().to_owned()),
+                    text(kind.as_str()),
                     text(req.delivery.as_str()),
                     text(scope.tenant.as_str()),
                     text(scope.provider.as_str()),
                     text(scope.env.as_str()),
-                    opt_text(event_type.as_deref()),
+                    opt_text(event_type),
                     opt_text(strategy.map(|s| s.name.as_str())),
                     opt_int(strategy.map(|s| i64::from(s.version))),
                     opt_text(strategy.map(|s| s.level.as_str())),
                     opt_text(key.map(|k| k.value.as_str())),
-                    opt_text(hash.as_deref()),
+                    opt_text(hash.clone()),
                     Value::Bool(q_durable),
                     opt_int(horizon_ms),
                     text(discriminants.clone()),
-                    opt_text(existing.as_ref().map(EffectId::as_str)),
+                    opt_text(view.effect.as_ref().map(|e| e.id.as_str())),
                     opt_text(view.effect.as_ref().map(|e| e.first_delivery.as_str())),
                     text(codes::differences_json(&view.differences)),
                     opt_text(plan::existing_result(view)),
-                    code(proposed.as_str()),
-                    text(decision.reason.as_str()),
+                    text(proposed.as_str()),
+                    text(decision.reason.clone()),
                     int(now),
                     opt_text(req.resource.as_deref()),
                     Value::Bool(req.critical),
@@ -251,27 +252,27 @@ pub(crate) fn prepare(
                 text(scope.tenant.as_str()),
                 text(scope.provider.as_str()),
                 text(scope.env.as_str()),
-                opt_text(event_type.as_deref()),
+                opt_text(event_type),
                 int(now),
                 opt_text(strategy.map(|s| s.name.as_str())),
                 opt_int(strategy.map(|s| i64::from(s.version))),
                 opt_text(strategy.map(|s| s.level.as_str())),
                 opt_text(key.map(|k| k.value.as_str())),
-                opt_code(key.map(|k| k.confidence.as_str())),
-                code(codes::prior_code(view.prior)),
-                code(codes::transport_code(view.transport)),
-                code(decision.action.as_str()),
-                opt_code(decision.layer.map(|l| l.as_str())),
-                text(decision.reason.as_str()),
+                opt_text(key.map(|k| k.confidence.as_str())),
+                text(codes::prior_code(view.prior)),
+                text(codes::transport_code(view.transport)),
+                text(decision.action.as_str()),
+                opt_text(decision.layer.map(|l| l.as_str())),
+                text(decision.reason.clone()),
                 text(codes::flags_json(&decision.flags)),
-                code(decision.rule),
+                text(decision.rule),
                 int(i64::from(MATRIX_VERSION)),
-                opt_text(reference.as_ref().map(DeliveryId::as_str)),
-                opt_text(effect.as_ref().map(EffectId::as_str)),
-                opt_text(queue_item.as_ref().map(QueueItemId::as_str)),
+                opt_text(reference.as_ref().map(|d| d.as_str().to_owned())),
+                opt_text(effect.as_ref().map(|e| e.as_str().to_owned())),
+                opt_text(queue_item.as_ref().map(|q| q.as_str().to_owned())),
                 text(codes::differences_json(&view.differences)),
                 text(req.details_json.as_str()),
-                opt_code(link.map(LinkKind::as_str)),
+                opt_text(link.map(LinkKind::as_str)),
             ],
     ));
     let existing_result = if decision.action == Action::Ignore {
@@ -292,6 +293,5 @@ pub(crate) fn prepare(
             queue_item,
             decision,
         },
-        delivery: req.delivery.clone(),
     })
 }

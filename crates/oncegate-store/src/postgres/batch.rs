@@ -434,7 +434,7 @@ enum Part {
 }
 
 /// One statement of a round trip: its text, its array parameters, and whether it returns rows.
-type Sent = (Arc<str>, Vec<Array>, bool);
+type Sent<'a> = (Arc<str>, Vec<Array<'a>>, bool);
 
 /// What a set statement's text depends on: its parts, each a role and the template it writes
 /// (by address: the templates are the store's `'static` texts), in order; never how many rows
@@ -457,10 +457,10 @@ impl Shape {
 
     /// The statement's text and parameters: `build` binds the parts (and writes the text the
     /// first time a shape is seen).
-    fn text(
+    fn text<'a>(
         self,
-        build: impl FnOnce(&mut set::Statement) -> Result<String>,
-    ) -> Result<(Arc<str>, Vec<Array>)> {
+        build: impl FnOnce(&mut set::Statement<'a>) -> Result<String>,
+    ) -> Result<(Arc<str>, Vec<Array<'a>>)> {
         static TEXTS: std::sync::OnceLock<std::sync::Mutex<HashMap<Shape, Arc<str>>>> =
             std::sync::OnceLock::new();
         let texts = TEXTS.get_or_init(Default::default);
@@ -488,7 +488,7 @@ impl Shape {
 /// parameters.
 async fn pipelined(
     client: &deadpool_postgres::Client,
-    sent: &[Sent],
+    sent: &[Sent<'_>],
     begin: Option<&str>,
     commit: bool,
 ) -> Result<Vec<Result<Answer>>> {
@@ -567,7 +567,7 @@ async fn once(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin: &
 
 /// Round trip 1: BEGIN, every journal entry and every view in one statement, every complete in
 /// another.
-fn first_round(items: &[Item]) -> Result<Vec<(Sent, Vec<usize>, Part)>> {
+fn first_round(items: &[Item]) -> Result<Vec<(Sent<'_>, Vec<usize>, Part)>> {
     let mut journal: Option<Rows> = None;
     let mut views: Option<Rows> = None;
     let mut completes: Option<Rows> = None;
@@ -683,13 +683,14 @@ async fn written(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin
     }
 
     // The matrix on every view, and every decision's writes.
-    let mut prepared: Vec<Option<Prepared>> = (0..items.len()).map(|_| None).collect();
+    // The writes borrow their texts from the members and their views until they are sent.
+    let mut prepared: Vec<Option<Prepared<'_>>> = (0..items.len()).map(|_| None).collect();
     for (i, item) in items.iter().enumerate() {
-        let (Some(d), Some(v)) = (&item.decide, views[i].take()) else {
+        let (Some(d), Some(v)) = (&item.decide, views[i].as_ref()) else {
             continue;
         };
-        let decision = d.matrix.decide(&v);
-        match writes::prepare(&d.scope, &d.request, &v, decision) {
+        let decision = d.matrix.decide(v);
+        match writes::prepare(&d.scope, &d.request, v, decision) {
             Ok(p) => prepared[i] = Some(p),
             Err(e) => {
                 rollback(client).await;
@@ -739,9 +740,11 @@ async fn written(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin
             Err(e) => {
                 // The COMMIT that followed rolled the whole batch back.
                 let e = match (order.as_slice(), items.len()) {
-                    ([only], 1) => match prepared[*only].as_ref() {
-                        Some(p) => p.refused(e),
-                        None => e,
+                    ([only], 1) => match &items[*only].decide {
+                        Some(d) if prepared[*only].is_some() => {
+                            writes::refused(&d.request.delivery, e)
+                        }
+                        _ => e,
                     },
                     _ => e,
                 };
@@ -760,6 +763,8 @@ async fn written(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin
     }
 
     // Committed: answer, and hand back the decisions whose key moved.
+    let mut outcomes: Vec<Option<DecideOutcome>> =
+        prepared.into_iter().map(|p| p.map(|p| p.outcome)).collect();
     let mut carry = Vec::new();
     let mut queued = false;
     for (i, mut item) in items.drain(..).enumerate() {
@@ -775,8 +780,8 @@ async fn written(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin
             (Some(_), _) => Some(Ok(())),
             (None, _) => None,
         };
-        let outcome = match prepared[i].take() {
-            Some(p) if applied[i] => Some(p.outcome),
+        let outcome = match outcomes[i].take() {
+            Some(o) if applied[i] => Some(o),
             Some(_) => {
                 item.rereads += 1;
                 if item.rereads >= MAX_ATTEMPTS {
@@ -808,12 +813,9 @@ async fn written(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin
 /// The text of a batch's complete statement, for the test of its plan.
 #[cfg(feature = "testing")]
 pub(crate) fn complete_text() -> String {
-    let (sql, params) = crate::effect::complete_statement(
-        &EffectId::from_u128(0),
-        1,
-        "{}",
-        OffsetDateTime::UNIX_EPOCH,
-    );
+    let effect = EffectId::from_u128(0);
+    let (sql, params) =
+        crate::effect::complete_statement(&effect, 1, "{}", OffsetDateTime::UNIX_EPOCH);
     let mut rows = Rows::new(sql, 1);
     let built = rows
         .push(0, params)
@@ -839,14 +841,17 @@ fn member_of(row: Row, members: usize) -> Result<(usize, Row)> {
 /// one per table, keeping only the rows of `ok`'s members, as `executor::chained` does for one
 /// decision. It returns `ok`: the members whose writes were kept. `None` when nothing is to be
 /// written.
-fn chained_set(order: &[usize], prepared: &mut [Option<Prepared>]) -> Result<Option<Sent>> {
+fn chained_set<'a>(
+    order: &[usize],
+    prepared: &mut [Option<Prepared<'a>>],
+) -> Result<Option<Sent<'a>>> {
     if order.is_empty() {
         return Ok(None);
     }
     let mut heads: Vec<Rows> = Vec::new();
     let mut writes: Vec<Rows> = Vec::new();
     let mut free = Vec::new();
-    let group = |groups: &mut Vec<Rows>, i: usize, (sql, params): crate::sql::Statement| {
+    let group = |groups: &mut Vec<Rows<'a>>, i: usize, (sql, params): crate::sql::Statement<'a>| {
         let at = match groups.iter().position(|g| g.template() == sql) {
             Some(at) => at,
             None => {
@@ -917,7 +922,7 @@ fn chained_set(order: &[usize], prepared: &mut [Option<Prepared>]) -> Result<Opt
 }
 
 /// The order a decision's head takes its lock in (decisions without a head come first).
-fn lock_order(p: Option<&Prepared>) -> Option<&str> {
+fn lock_order<'p>(p: Option<&'p Prepared<'_>>) -> Option<&'p str> {
     match p.and_then(Prepared::lock_key) {
         Some(Value::Text(Some(s))) => Some(s.as_ref()),
         _ => None,

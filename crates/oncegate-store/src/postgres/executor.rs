@@ -52,7 +52,7 @@ impl<'c, C: Session> Executor<'c, C> {
     }
 }
 
-pub(super) fn as_sql(v: &Value) -> &(dyn ToSql + Sync) {
+pub(super) fn as_sql<'v>(v: &'v Value<'_>) -> &'v (dyn ToSql + Sync) {
     match v {
         Value::Text(s) => s,
         Value::Int(i) => i,
@@ -112,14 +112,14 @@ impl<C: Session> Tx for Executor<'_, C> {
         Dialect::Postgres
     }
 
-    async fn exec(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+    async fn exec(&mut self, sql: &str, params: &[Value<'_>]) -> Result<u64> {
         let stmt = self.prepare(sql).await?;
         let params = crate::nul::params(params);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
         self.client.execute(&stmt, &refs).await.map_err(pg_err)
     }
 
-    async fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
+    async fn query(&mut self, sql: &str, params: &[Value<'_>]) -> Result<Vec<Row>> {
         let stmt = self.prepare(sql).await?;
         let params = crate::nul::params(params);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
@@ -127,7 +127,7 @@ impl<C: Session> Tx for Executor<'_, C> {
         rows.iter().map(cells).collect()
     }
 
-    async fn exec_all(&mut self, statements: &[Statement]) -> Result<Vec<u64>> {
+    async fn exec_all(&mut self, statements: &[Statement<'_>]) -> Result<Vec<u64>> {
         let spelled: Vec<_> = statements
             .iter()
             .map(|(_, params)| crate::nul::params(params))
@@ -150,8 +150,8 @@ impl<C: Session> Tx for Executor<'_, C> {
 
     async fn write_decision(
         &mut self,
-        head: Option<&Statement>,
-        rest: &[Statement],
+        head: Option<&Statement<'_>>,
+        rest: &[Statement<'_>],
     ) -> Result<bool> {
         if head.is_none() && rest.is_empty() {
             return Ok(true);
@@ -174,12 +174,12 @@ impl<C: Session> Tx for Executor<'_, C> {
 /// head becomes `INSERT … SELECT … FROM h`, an `UPDATE … WHERE …` gains `AND EXISTS (SELECT 1
 /// FROM h)`. The parts of one statement share a snapshot and do not see one another's rows,
 /// which is why they depend on the head through `h` and never by reading its table.
-pub(super) fn chained(
-    head: Option<&Statement>,
-    rest: &[Statement],
-) -> Result<(String, Vec<Value>)> {
+pub(super) fn chained<'a>(
+    head: Option<&Statement<'a>>,
+    rest: &[Statement<'a>],
+) -> Result<(String, Vec<Value<'a>>)> {
     let mut sql = String::from("WITH ");
-    let mut params: Vec<Value> = Vec::new();
+    let mut params: Vec<Value<'a>> = Vec::new();
     if let Some((head_sql, head_params)) = head {
         sql.push_str("h AS (");
         sql.push_str(&renumbered(head_sql, 0));

@@ -24,16 +24,16 @@ type Result<T> = std::result::Result<T, StoreError>;
 /// One column of a set statement's rows: the values of one placeholder across the rows, bound
 /// as one array parameter.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Array {
-    Text(Vec<Option<Cow<'static, str>>>),
+pub(super) enum Array<'a> {
+    Text(Vec<Option<Cow<'a, str>>>),
     Int(Vec<Option<i64>>),
     Bool(Vec<Option<bool>>),
     Bytes(Vec<Option<Vec<u8>>>),
 }
 
-impl Array {
+impl<'a> Array<'a> {
     /// An empty column for values like `v`, with room for `rows` of them.
-    fn like(v: &Value, rows: usize) -> Array {
+    fn like(v: &Value<'_>, rows: usize) -> Array<'a> {
         match v {
             Value::Text(_) => Array::Text(Vec::with_capacity(rows)),
             Value::Int(_) => Array::Int(Vec::with_capacity(rows)),
@@ -42,7 +42,7 @@ impl Array {
         }
     }
 
-    fn push(&mut self, v: Value) -> Result<()> {
+    fn push(&mut self, v: Value<'a>) -> Result<()> {
         match (self, v) {
             (Array::Text(a), Value::Text(v)) => a.push(v.map(spelled)),
             (Array::Int(a), Value::Int(v)) => a.push(v),
@@ -80,7 +80,7 @@ impl Array {
 }
 
 /// A text as PostgreSQL stores it (`nul`), without a copy when it needs no spelling.
-fn spelled(s: Cow<'static, str>) -> Cow<'static, str> {
+fn spelled(s: Cow<'_, str>) -> Cow<'_, str> {
     match crate::nul::encode(&s) {
         Cow::Borrowed(_) => s,
         Cow::Owned(o) => Cow::Owned(o),
@@ -90,16 +90,16 @@ fn spelled(s: Cow<'static, str>) -> Cow<'static, str> {
 /// The rows one template writes or reads in a batch, each tagged with the batch member it
 /// belongs to (the `member` column of every set statement).
 #[derive(Debug)]
-pub(super) struct Rows {
+pub(super) struct Rows<'a> {
     template: &'static str,
-    columns: Vec<Array>,
+    columns: Vec<Array<'a>>,
     members: Vec<Option<i64>>,
 }
 
-impl Rows {
+impl<'a> Rows<'a> {
     /// Rows of `template` for up to `members` members: each column is made that long at once,
     /// not grown row by row.
-    pub fn new(template: &'static str, members: usize) -> Rows {
+    pub fn new(template: &'static str, members: usize) -> Rows<'a> {
         Rows {
             template,
             columns: Vec::new(),
@@ -112,7 +112,7 @@ impl Rows {
     }
 
     /// Adds member `member`'s row: the parameters of one run of the template.
-    pub fn push(&mut self, member: usize, params: Vec<Value>) -> Result<()> {
+    pub fn push(&mut self, member: usize, params: Vec<Value<'a>>) -> Result<()> {
         if self.members.is_empty() {
             let rows = self.members.capacity();
             self.columns = params.iter().map(|v| Array::like(v, rows)).collect();
@@ -137,13 +137,13 @@ impl Rows {
 /// how many rows each holds, so a caller that already has the text of a shape binds the
 /// parameters alone (`bind_only`): each part then returns an empty text.
 #[derive(Debug)]
-pub(super) struct Statement {
-    pub params: Vec<Array>,
+pub(super) struct Statement<'a> {
+    pub params: Vec<Array<'a>>,
     write_text: bool,
 }
 
-impl Default for Statement {
-    fn default() -> Statement {
+impl Default for Statement<'_> {
+    fn default() -> Self {
         Statement {
             params: Vec::new(),
             write_text: true,
@@ -210,10 +210,10 @@ fn rows_of(columns: &[(usize, &str, String)], alias: &str) -> String {
     format!("(SELECT {}) AS {alias}", list.join(", "))
 }
 
-impl Statement {
+impl<'a> Statement<'a> {
     /// A statement whose text the caller already has: its parts bind their parameters, in the
     /// same order, and write no text.
-    pub fn bind_only() -> Statement {
+    pub fn bind_only() -> Statement<'a> {
         Statement {
             params: Vec::new(),
             write_text: false,
@@ -221,7 +221,7 @@ impl Statement {
     }
 
     /// Binds `rows`' columns and members as parameters, under the alias `alias`.
-    fn bind(&mut self, rows: Rows, alias: &str) -> (Source, Vec<&'static str>) {
+    fn bind(&mut self, rows: Rows<'a>, alias: &str) -> (Source, Vec<&'static str>) {
         let types: Vec<&'static str> = rows.columns.iter().map(Array::sql_type).collect();
         let mut placeholders = Vec::with_capacity(rows.columns.len());
         for column in rows.columns {
@@ -249,7 +249,7 @@ impl Statement {
     /// same first column are refused by PostgreSQL, so the caller writes at most one per key.
     pub fn insert(
         &mut self,
-        rows: Rows,
+        rows: Rows<'a>,
         alias: &str,
         filter: Option<&str>,
         returning_key: bool,
@@ -305,7 +305,7 @@ impl Statement {
     /// accepts; it returns the member of every row it updated (`member`). The template's
     /// condition must single out one row per member (its primary key), and no two rows may
     /// update the same one.
-    pub fn update(&mut self, rows: Rows, alias: &str, filter: Option<&str>) -> Result<String> {
+    pub fn update(&mut self, rows: Rows<'a>, alias: &str, filter: Option<&str>) -> Result<String> {
         let template = rows.template;
         let (update, condition) = template
             .strip_prefix("UPDATE ")
@@ -330,7 +330,7 @@ impl Statement {
 
     /// `rows` as one read: `SELECT alias.member, q.* FROM unnest(…) CROSS JOIN LATERAL
     /// (template) q`, the template's rows for each member, each led by its member.
-    pub fn select(&mut self, rows: Rows, alias: &str) -> Result<String> {
+    pub fn select(&mut self, rows: Rows<'a>, alias: &str) -> Result<String> {
         let template = rows.template;
         let (source, types) = self.bind(rows, alias);
         if !self.write_text {
@@ -355,7 +355,7 @@ impl Statement {
 
     /// Binds the first column of `rows` beside its members, for matching a statement's returned
     /// keys to the members that wrote them: `unnest($k::T[], $m::int8[]) AS alias(key, member)`.
-    pub fn keys(&mut self, rows: &Rows, alias: &str) -> Result<String> {
+    pub fn keys(&mut self, rows: &Rows<'a>, alias: &str) -> Result<String> {
         let column = rows
             .columns
             .first()

@@ -155,12 +155,12 @@ pub(crate) async fn resolve<T: Tx + Send>(
                 decided: true,
             };
             let insert = effect::insert(NewEffect {
-                id: eid,
+                id: eid.as_str().to_owned(),
                 scope: &scope,
                 event_type: item.event_type.as_deref(),
                 strategy: item.strategy.as_ref(),
                 key_value: item.key.as_deref(),
-                scope_hash: scope_hash.as_deref(),
+                scope_hash: scope_hash.clone(),
                 durable: item.horizon == Some(Horizon::Durable),
                 state: EffectState::Released,
                 token: 0,

@@ -32,7 +32,7 @@ impl SqliteTx<'_> {
     }
 }
 
-impl ToSql for Value {
+impl ToSql for Value<'_> {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
         Ok(match self {
             Value::Text(Some(s)) => ToSqlOutput::Borrowed(ValueRef::Text(s.as_bytes())),
@@ -56,7 +56,7 @@ fn placeholders(sql: &str) -> Cow<'_, str> {
 }
 
 impl SqliteTx<'_> {
-    fn exec_now(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+    fn exec_now(&mut self, sql: &str, params: &[Value<'_>]) -> Result<u64> {
         let mut stmt = self
             .conn
             .prepare_cached(&placeholders(sql))
@@ -67,7 +67,7 @@ impl SqliteTx<'_> {
         Ok(n as u64)
     }
 
-    pub(super) fn query_now(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
+    pub(super) fn query_now(&mut self, sql: &str, params: &[Value<'_>]) -> Result<Vec<Row>> {
         let mut stmt = self
             .conn
             .prepare_cached(&placeholders(sql))
@@ -99,7 +99,11 @@ impl Tx for SqliteTx<'_> {
         Dialect::Sqlite
     }
 
-    fn exec(&mut self, sql: &str, params: &[Value]) -> impl Future<Output = Result<u64>> + Send {
+    fn exec(
+        &mut self,
+        sql: &str,
+        params: &[Value<'_>],
+    ) -> impl Future<Output = Result<u64>> + Send {
         std::future::ready(self.exec_now(sql, params))
     }
 

@@ -24,21 +24,21 @@ impl Tx for AnyTx<'_> {
         }
     }
 
-    async fn exec(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+    async fn exec(&mut self, sql: &str, params: &[Value<'_>]) -> Result<u64> {
         match self {
             AnyTx::Sqlite(tx) => tx.exec(sql, params).await,
             AnyTx::Postgres(tx) => tx.exec(sql, params).await,
         }
     }
 
-    async fn query(&mut self, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
+    async fn query(&mut self, sql: &str, params: &[Value<'_>]) -> Result<Vec<Row>> {
         match self {
             AnyTx::Sqlite(tx) => tx.query(sql, params).await,
             AnyTx::Postgres(tx) => tx.query(sql, params).await,
         }
     }
 
-    async fn exec_all(&mut self, statements: &[Statement]) -> Result<Vec<u64>> {
+    async fn exec_all(&mut self, statements: &[Statement<'_>]) -> Result<Vec<u64>> {
         match self {
             AnyTx::Sqlite(tx) => tx.exec_all(statements).await,
             AnyTx::Postgres(tx) => tx.exec_all(statements).await,
@@ -47,8 +47,8 @@ impl Tx for AnyTx<'_> {
 
     async fn write_decision(
         &mut self,
-        head: Option<&Statement>,
-        rest: &[Statement],
+        head: Option<&Statement<'_>>,
+        rest: &[Statement<'_>],
     ) -> Result<bool> {
         match self {
             AnyTx::Sqlite(tx) => tx.write_decision(head, rest).await,
