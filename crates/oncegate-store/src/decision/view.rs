@@ -12,7 +12,7 @@ use crate::decision::{event_type_of, DecideRequest, PriorView};
 use crate::delivery::TransportStrength;
 use crate::error::StoreError;
 use crate::plan::{self, EffectRow, Scope};
-use crate::sql::{opt_int, opt_text, text, Row, Statement, Tx};
+use crate::sql::{opt_int, opt_text, text, Dialect, Row, Statement, Tx};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -66,7 +66,7 @@ pub(super) async fn load<T: Tx + Send>(
     scope: &Scope,
     req: &DecideRequest,
 ) -> Result<PriorView> {
-    let (sql, params) = statement(scope, req);
+    let (sql, params) = statement(tx.dialect(), scope, req);
     let rows = tx.query(sql, &params).await?;
     read(scope, req, &rows)
 }
@@ -81,12 +81,16 @@ pub(super) async fn load<T: Tx + Send>(
 pub(crate) const TRANSPORT_WINDOW: time::Duration = time::Duration::days(31);
 
 /// The view's statement (see `load`), for a backend that sends several at once.
-pub(crate) fn statement<'a>(scope: &'a Scope, req: &'a DecideRequest) -> Statement<'a> {
+pub(crate) fn statement<'a>(
+    dialect: Dialect,
+    scope: &'a Scope,
+    req: &'a DecideRequest,
+) -> Statement<'a> {
     let event_type = event_type_of(scope, req);
     let hash = req.key.as_ref().map(|key| scope.key_hash(event_type, key));
     let strategy = req.key.as_ref().map(|key| &key.strategy);
     (
-        view_sql(),
+        view_sql(dialect),
         vec![
             opt_text(hash),
             text(scope.tenant.as_str()),
@@ -105,9 +109,10 @@ pub(crate) fn statement<'a>(scope: &'a Scope, req: &'a DecideRequest) -> Stateme
     )
 }
 
-/// The view's statement text, built once.
-fn view_sql() -> &'static str {
-    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+/// The view's statement text in `dialect`, built once.
+fn view_sql(dialect: Dialect) -> &'static str {
+    static POSTGRES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static SQLITE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     // One statement, so one snapshot: at READ COMMITTED two separate look-ups could see the
     // index before a concurrent reservation committed and its effect after, and mistake a live
     // key for a purged one. It is also one round trip instead of three.
@@ -118,17 +123,43 @@ fn view_sql() -> &'static str {
     // fast-index entry and its effect. `l`: the latest effect with this key, whatever the index
     // says, for when the horizon passed. The last column is the state of the strategy's
     // collision breaker (`breaker`), read in the same snapshot as the rest.
-    SQL.get_or_init(|| {
+    //
+    // SQLite finds `t` as the first of two look-ups that holds an id, each the least id of its
+    // matches: one with the same body, then any. The same row as PostgreSQL's one sorted
+    // look-up, without the two temporary B-trees SQLite makes for it (the subquery materialized,
+    // and its ORDER BY), each with a page cache of its own, on every decision.
+    let sql = match dialect {
+        Dialect::Postgres => &POSTGRES,
+        Dialect::Sqlite => &SQLITE,
+    };
+    sql.get_or_init(|| {
+        let earlier = |same_body: &str| {
+            format!(
+                "SELECT MIN(d.id) FROM deliveries d JOIN proofs p ON p.delivery_id = d.id \
+                 WHERE d.tenant = $2 AND d.provider = $3 AND d.env = $4 AND d.transport_key = $5 \
+                 AND d.transport_strength = 'strong' AND d.id <> $6 AND d.id >= $11 \
+                 AND p.delivery_id >= $11 AND p.action <> 'reject'{same_body}"
+            )
+        };
+        let transport = match dialect {
+            Dialect::Postgres => "LEFT JOIN (SELECT d.id, d.body_sha256 FROM deliveries d JOIN proofs p ON p.delivery_id = d.id \
+                 WHERE d.tenant = $2 AND d.provider = $3 AND d.env = $4 AND d.transport_key = $5 \
+                 AND d.transport_strength = 'strong' AND d.id <> $6 AND d.id >= $11 \
+                 AND p.delivery_id >= $11 AND p.action <> 'reject' \
+                 ORDER BY CASE WHEN d.body_sha256 = $7 THEN 0 ELSE 1 END, d.id LIMIT 1) t ON 1 = 1"
+                .to_owned(),
+            Dialect::Sqlite => format!(
+                "LEFT JOIN deliveries t ON t.id = COALESCE(({}), ({}))",
+                earlier(" AND d.body_sha256 = $7"),
+                earlier("")
+            ),
+        };
         format!(
             "SELECT t.id, t.body_sha256, i.scope_hash, i.expires_at, {indexed}, {latest}, {aliased}, \
              (SELECT b.state FROM breakers b WHERE b.provider = $3 AND b.env = $4 AND b.event_type = $8 \
               AND b.strategy_name = $9 AND b.strategy_version = $10) \
              FROM (SELECT CAST($1 AS TEXT) AS h) k \
-             LEFT JOIN (SELECT d.id, d.body_sha256 FROM deliveries d JOIN proofs p ON p.delivery_id = d.id \
-                        WHERE d.tenant = $2 AND d.provider = $3 AND d.env = $4 AND d.transport_key = $5 \
-                        AND d.transport_strength = 'strong' AND d.id <> $6 AND d.id >= $11 \
-                        AND p.delivery_id >= $11 AND p.action <> 'reject' \
-                        ORDER BY CASE WHEN d.body_sha256 = $7 THEN 0 ELSE 1 END, d.id LIMIT 1) t ON 1 = 1 \
+             {transport} \
              LEFT JOIN effect_index i ON i.scope_hash = k.h \
              LEFT JOIN effects e ON e.id = i.effect_id \
              LEFT JOIN effects l ON l.id = (SELECT x.id FROM effects x WHERE x.scope_hash = k.h \

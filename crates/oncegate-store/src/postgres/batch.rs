@@ -581,7 +581,8 @@ fn first_round(items: &[Item]) -> Result<Vec<(Sent<'_>, Vec<usize>, Part)>> {
                 .push(i, params)?;
         }
         if let Some(d) = item.decide.as_ref().filter(|_| item.failed.is_none()) {
-            let (sql, params) = view::statement(&d.scope, &d.request);
+            let (sql, params) =
+                view::statement(crate::sql::Dialect::Postgres, &d.scope, &d.request);
             views
                 .get_or_insert_with(|| Rows::new(sql, items.len()))
                 .push(i, params)?;

@@ -1354,7 +1354,7 @@ pub async fn transport_retries_and_reused_ids(b: &Backend) {
     // Same id, other body, other key: the id proves nothing, the key decides.
     let mut d = Delivery::new("body-2", t0());
     d.transport = Some("evt_9");
-    let (_, o2) = deliver(&store, d, Some(strong("re_other")), &m).await;
+    let (d2, o2) = deliver(&store, d, Some(strong("re_other")), &m).await;
     assert_eq!(o2.transport, TransportMatch::SameIdOtherBody);
     assert_eq!(o2.decision.action, Action::Process);
     assert!(o2.decision.has(Flag::TransportIdReused));
@@ -1368,6 +1368,13 @@ pub async fn transport_retries_and_reused_ids(b: &Backend) {
         (Action::Ignore, Some(Layer::Transport))
     );
     assert_eq!(o3.reference_delivery, Some(d1));
+    // The second body again: the earlier packet with the same body is the reference, though
+    // an earlier one with the same id came first.
+    let mut d = Delivery::new("body-2", t0());
+    d.transport = Some("evt_9");
+    let (_, o5) = deliver(&store, d, Some(strong("re_other")), &m).await;
+    assert_eq!(o5.transport, TransportMatch::SameIdSameBody);
+    assert_eq!(o5.reference_delivery, Some(d2));
     // A different tenant never shares transport ids or keys.
     let mut d = Delivery::new("body-1", t0());
     d.transport = Some("evt_9");
