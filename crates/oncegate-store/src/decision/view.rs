@@ -133,25 +133,19 @@ fn view_sql(dialect: Dialect) -> &'static str {
         Dialect::Sqlite => &SQLITE,
     };
     sql.get_or_init(|| {
-        let earlier = |same_body: &str| {
-            format!(
-                "SELECT MIN(d.id) FROM deliveries d JOIN proofs p ON p.delivery_id = d.id \
-                 WHERE d.tenant = $2 AND d.provider = $3 AND d.env = $4 AND d.transport_key = $5 \
-                 AND d.transport_strength = 'strong' AND d.id <> $6 AND d.id >= $11 \
-                 AND p.delivery_id >= $11 AND p.action <> 'reject'{same_body}"
-            )
-        };
+        // The earlier packets with this strong transport key: decided, not refused, in the window.
+        let packets = "FROM deliveries d JOIN proofs p ON p.delivery_id = d.id \
+             WHERE d.tenant = $2 AND d.provider = $3 AND d.env = $4 AND d.transport_key = $5 \
+             AND d.transport_strength = 'strong' AND d.id <> $6 AND d.id >= $11 \
+             AND p.delivery_id >= $11 AND p.action <> 'reject'";
         let transport = match dialect {
-            Dialect::Postgres => "LEFT JOIN (SELECT d.id, d.body_sha256 FROM deliveries d JOIN proofs p ON p.delivery_id = d.id \
-                 WHERE d.tenant = $2 AND d.provider = $3 AND d.env = $4 AND d.transport_key = $5 \
-                 AND d.transport_strength = 'strong' AND d.id <> $6 AND d.id >= $11 \
-                 AND p.delivery_id >= $11 AND p.action <> 'reject' \
+            Dialect::Postgres => format!(
+                "LEFT JOIN (SELECT d.id, d.body_sha256 {packets} \
                  ORDER BY CASE WHEN d.body_sha256 = $7 THEN 0 ELSE 1 END, d.id LIMIT 1) t ON 1 = 1"
-                .to_owned(),
+            ),
             Dialect::Sqlite => format!(
-                "LEFT JOIN deliveries t ON t.id = COALESCE(({}), ({}))",
-                earlier(" AND d.body_sha256 = $7"),
-                earlier("")
+                "LEFT JOIN deliveries t ON t.id = COALESCE(\
+                 (SELECT MIN(d.id) {packets} AND d.body_sha256 = $7), (SELECT MIN(d.id) {packets}))"
             ),
         };
         format!(
