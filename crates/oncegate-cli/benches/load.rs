@@ -12,8 +12,10 @@
 //! Both servers run as their own processes on 127.0.0.1, each on a fresh store, and are measured
 //! A/B alternating in slices; a side's figure is the median of its slices. Printed per store:
 //! decisions per second of each side, their ratio, the p50/p99 of a delivery's answer, and the
-//! CPU time a decision costs each side's server and its PostgreSQL backends, and on SQLite the
-//! bytes it writes to disk (`cpu`).
+//! CPU time a decision costs each side's server and its PostgreSQL backends, on SQLite the
+//! bytes it writes to disk, and how often per decision the server's threads went to sleep with
+//! nothing to run or were preempted (`cpu`): on a virtual machine each sleep and wake-up costs
+//! the kernel several microseconds.
 //! Then the scale mode: the p99 of new decisions with 10k and with 1M stored effects (seeded
 //! with bulk SQL, two deliveries each over 30 days: `load/seed.rs`), `oncegate serve`'s RSS
 //! before and after, and how long the console's pages and the report take to answer.
@@ -505,6 +507,11 @@ async fn bench() {
                 theirs_cpu.written_kib()
             );
         }
+        let ((ov, oi), (tv, ti)) = (ours_cpu.switches(), theirs_cpu.switches());
+        println!(
+            "  the server's threads per decision: slept {ov:.2}, preempted {oi:.2} (oncegate serve); \
+             slept {tv:.2}, preempted {ti:.2} (hand-made)"
+        );
         println!("  {}", batches.line());
         if unexpected > 0 {
             println!("  ({unexpected} oncegate answers were not the expected action or failed)");

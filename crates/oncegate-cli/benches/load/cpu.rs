@@ -26,6 +26,30 @@ fn written(pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// The times the threads of `pid` gave up the CPU so far: to wait (voluntary, a worker with
+/// nothing to run going to sleep) and by preemption (involuntary), summed over its threads
+/// (`voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` of proc(5)'s `status`).
+fn switches(pid: u32) -> (u64, u64) {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return (0, 0);
+    };
+    let mut sum = (0, 0);
+    for task in tasks.flatten() {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        for line in status.lines() {
+            let count = |prefix: &str| line.strip_prefix(prefix)?.trim().parse::<u64>().ok();
+            if let Some(n) = count("voluntary_ctxt_switches:") {
+                sum.0 += n;
+            } else if let Some(n) = count("nonvoluntary_ctxt_switches:") {
+                sum.1 += n;
+            }
+        }
+    }
+    sum
+}
+
 /// Microseconds per clock tick (`getconf CLK_TCK`, 100 on Linux).
 fn tick_us() -> f64 {
     static TICK: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
@@ -44,6 +68,8 @@ fn tick_us() -> f64 {
 pub struct Reading {
     server: u64,
     written: u64,
+    /// The server's context switches (voluntary, involuntary), of the threads alive now.
+    switches: (u64, u64),
     backends: HashMap<u32, u64>,
 }
 
@@ -83,6 +109,7 @@ impl<'a> Meter<'a> {
         Reading {
             server: ticks(self.server).unwrap_or(0),
             written: written(self.server).unwrap_or(0),
+            switches: switches(self.server),
             backends,
         }
     }
@@ -100,6 +127,7 @@ impl Reading {
 pub struct Used {
     server: u64,
     written: u64,
+    switches: (u64, u64),
     backends: u64,
     decisions: u64,
 }
@@ -110,6 +138,8 @@ impl Used {
     pub fn add(&mut self, before: &Reading, after: &Reading, decisions: u64) {
         self.server += after.server.saturating_sub(before.server);
         self.written += after.written.saturating_sub(before.written);
+        self.switches.0 += after.switches.0.saturating_sub(before.switches.0);
+        self.switches.1 += after.switches.1.saturating_sub(before.switches.1);
         for (pid, t) in &after.backends {
             self.backends += t.saturating_sub(before.backends.get(pid).copied().unwrap_or(0));
         }
@@ -120,6 +150,13 @@ impl Used {
     pub fn per_decision(&self) -> (f64, f64) {
         let per = |t: u64| t as f64 * tick_us() / self.decisions.max(1) as f64;
         (per(self.server), per(self.backends))
+    }
+
+    /// The server's context switches per decision: the times a thread went to sleep with
+    /// nothing to run, and the times one was preempted.
+    pub fn switches(&self) -> (f64, f64) {
+        let per = |n: u64| n as f64 / self.decisions.max(1) as f64;
+        (per(self.switches.0), per(self.switches.1))
     }
 
     /// KiB the server process wrote to storage per decision (SQLite's WAL and checkpoints).
