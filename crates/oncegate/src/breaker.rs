@@ -47,11 +47,11 @@ pub(crate) fn scope(
 /// and reports the breaker opening when this match tripped it. Returns once the match is
 /// written (with the others waiting at the same moment, see [`Tallies`](crate::tally::Tallies)), or after `TALLY_WAIT`.
 pub(crate) async fn count(gate: &Gate, scope: &BreakerScope, outcome: &DecideOutcome) {
-    let action = outcome.decision.action;
-    if outcome.prior == Prior::None || action == Action::Reject {
+    if !counts(outcome) {
         return;
     }
-    let written = gate.tallies().add(scope, action == Action::Quarantine);
+    let quarantined = outcome.decision.action == Action::Quarantine;
+    let written = gate.tallies().add(scope, quarantined);
     if gate.tallies().claim() {
         let gate = gate.clone();
         tokio::spawn(async move { flush(&gate).await });
@@ -61,6 +61,12 @@ pub(crate) async fn count(gate: &Gate, scope: &BreakerScope, outcome: &DecideOut
     // this match opened, and is bounded so that a slow database (a remote zone, a lossy
     // network) never holds an answer for its tally; a match written later still counts.
     let _ = tokio::time::timeout(TALLY_WAIT, written).await;
+}
+
+/// Whether a decision counts in its breaker's window: a key match (a prior was found) that
+/// was not refused.
+pub(crate) fn counts(outcome: &DecideOutcome) -> bool {
+    outcome.prior != Prior::None && outcome.decision.action != Action::Reject
 }
 
 /// The longest an answer waits for its match to be counted.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use oncegate_core::ids::{DeliveryId, EffectId};
-use oncegate_core::matrix::{self, Confidence, Difference, Rejection, Situation};
+use oncegate_core::matrix::{self, Difference, Rejection, Situation};
 use oncegate_store::{DecideOutcome, DecideRequest, PriorView};
 use time::OffsetDateTime;
 
@@ -16,7 +16,7 @@ use crate::backlog::Undecided;
 use crate::details::Details;
 use crate::error::GateError;
 use crate::gate::Gate;
-use crate::metrics::DeliveryLabels;
+use crate::metrics::DecisionLabels;
 use crate::outcome::{Held, Outcome, Proof, Rejected};
 use crate::pipeline::{self, label_or, Identified};
 use crate::plan;
@@ -113,9 +113,10 @@ impl Gate {
             Ok(doc) => doc,
             Err(refusal) => return self.reject(&r, received_at, started, refusal).await,
         };
-        let (identified, entry) = pipeline::identify(&contract, &r, &doc, self.salt(), received_at);
+        let (mut identified, entry) =
+            pipeline::identify(&contract, &r, &doc, self.salt(), received_at);
         let decided = self
-            .decide(&r, &doc, &identified, entry, received_at)
+            .decide(&r, &doc, &mut identified, entry, received_at)
             .await?;
         self.answer(&r, identified, decided, received_at, started)
             .await
@@ -128,18 +129,25 @@ impl Gate {
         &self,
         r: &Reception,
         doc: &oncegate_core::json::Value,
-        identified: &Identified<'_>,
+        identified: &mut Identified<'_>,
         entry: oncegate_store::NewReception,
         received_at: OffsetDateTime,
     ) -> Result<Decided, GateError> {
-        let plan = &identified.plan;
+        // The request owns the plan's key, resource and details: they move into it, and the
+        // proof keeps the key's value (`Decided::effect_key`).
+        let plan = &mut identified.plan;
+        let key = plan.key.take();
+        let effect_key = key.as_ref().map(|k| k.value.clone());
+        let resource = plan.resource.take();
+        let critical = plan.critical;
+        let mut details = std::mem::take(&mut plan.details);
         let event_type = &identified.event_type;
         // The outcome does not repeat the differences the matrix saw, so the closure keeps the
         // last view's list (the store may run it more than once; the last run is the one
         // applied). The store may run the closure on another thread (SQLite's writer), so it
         // owns its state.
         let seen: Arc<std::sync::Mutex<Vec<Difference>>> = Arc::default();
-        let shape = plan.shape.clone();
+        let shape = identified.plan.shape.clone();
         let matrix = {
             let seen = seen.clone();
             move |view: &PriorView| {
@@ -147,16 +155,15 @@ impl Gate {
                 shape.decide(view)
             }
         };
-        let mut details = plan.details.clone();
         let request = |delivery: DeliveryId, details: &Details| DecideRequest {
             delivery,
             event_type: event_type.clone(),
-            key: plan.key.clone(),
+            key,
             lease: self.lease_time(),
             details_json: details.to_json(),
             now: received_at,
-            resource: plan.resource.clone(),
-            critical: plan.critical,
+            resource,
+            critical,
         };
         let shadowed = match (identified.type_def, event_type) {
             (Some(t), Some(et)) if !t.shadow.is_empty() => Some((t, et)),
@@ -197,6 +204,7 @@ impl Gate {
             details,
             shadows,
             differences,
+            effect_key,
         })
     }
 
@@ -217,17 +225,19 @@ impl Gate {
             mut details,
             shadows,
             differences,
+            effect_key,
         } = decided;
         if outcome.queue_item.is_some() {
             // Committed: the reconciler can attempt it now rather than at its next poll.
             self.wake().notify_one();
         }
-        if let Some(scope) = &identified.breaker {
-            breaker::count(self, scope, &outcome).await;
+        if breaker::counts(&outcome) {
+            if let Some(scope) = identified.breaker(r) {
+                breaker::count(self, &scope, &outcome).await;
+            }
         }
         self.metrics().decision(
-            identified.labels(r, &outcome),
-            identified.plan.confidence.map(Confidence::as_str),
+            &identified.labels(r, &outcome),
             &outcome.decision,
             started.elapsed(),
         );
@@ -256,7 +266,8 @@ impl Gate {
         let proof = Proof::decided(
             delivery,
             identified.event_type,
-            &identified.plan,
+            identified.plan,
+            effect_key,
             differences,
             details,
             &outcome,
@@ -310,15 +321,15 @@ impl Gate {
             Err(e) => return Err(self.undecided(delivery, None, e.into())),
         };
         self.metrics().decision(
-            DeliveryLabels {
+            &DecisionLabels {
                 provider: label_or(provider.is_some(), &r.provider, "(unknown)"),
-                env: r.env.clone(),
-                event_type: "(rejected)".to_owned(),
-                strategy: String::new(),
-                level: String::new(),
-                action: decision.action.as_str().to_owned(),
+                env: &r.env,
+                event_type: "(rejected)",
+                strategy: None,
+                level: "",
+                action: decision.action.as_str(),
+                confidence: None,
             },
-            None,
             &decision,
             started.elapsed(),
         );
@@ -376,4 +387,6 @@ struct Decided {
     details: Details,
     shadows: Vec<crate::details::ShadowVerdict>,
     differences: Vec<Difference>,
+    /// The value of the key the request took from the plan, for the proof.
+    effect_key: Option<String>,
 }

@@ -21,23 +21,16 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use time::OffsetDateTime;
 
+mod decisions;
 mod forward;
 mod reconcile;
 mod shadow;
 
+pub(crate) use decisions::DecisionLabels;
+use decisions::{DecisionCounters, DeliveryLabels, KeyLabels};
 pub(crate) use forward::ForwardMetrics;
 pub(crate) use reconcile::ReconcileMetrics;
 pub use shadow::ShadowMetrics;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct DeliveryLabels {
-    pub provider: String,
-    pub env: String,
-    pub event_type: String,
-    pub strategy: String,
-    pub level: String,
-    pub action: String,
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TypeLabels {
@@ -52,13 +45,6 @@ struct StrategyLabels {
     env: String,
     event_type: String,
     strategy: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KeyLabels {
-    provider: String,
-    event_type: String,
-    confidence: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -127,8 +113,8 @@ impl prometheus_client::encoding::EncodeMetric for BatchSizesMetric {
 /// A gate's Prometheus registry and its counters, gauges and histograms (`oncegate_*`).
 pub struct Metrics {
     registry: Registry,
-    deliveries: Family<DeliveryLabels, Counter>,
-    keys: Family<KeyLabels, Counter>,
+    /// `oncegate_deliveries_total` and `oncegate_keys_total`, by decision.
+    decisions: DecisionCounters,
     transport_duplicates: Family<TypeLabels, Counter>,
     effect_duplicates: Family<StrategyLabels, Counter>,
     collisions: Family<StrategyLabels, Counter>,
@@ -266,8 +252,7 @@ impl Metrics {
             shadow,
             forward,
             registry,
-            deliveries,
-            keys,
+            decisions: DecisionCounters::new(deliveries, keys),
             transport_duplicates,
             effect_duplicates,
             collisions,
@@ -289,35 +274,26 @@ impl Metrics {
     /// Counts one recorded decision.
     pub(crate) fn decision(
         &self,
-        labels: DeliveryLabels,
-        confidence: Option<&str>,
+        labels: &DecisionLabels<'_>,
         decision: &Decision,
         elapsed: Duration,
     ) {
         self.latency.observe(elapsed.as_secs_f64());
-        if let Some(c) = confidence {
-            self.keys
-                .get_or_create(&KeyLabels {
-                    provider: labels.provider.clone(),
-                    event_type: labels.event_type.clone(),
-                    confidence: c.to_owned(),
-                })
-                .inc();
-        }
+        self.decisions.count(labels);
         // The label sets are built only for the counters a decision moves: most decisions
         // (`process`) move none of these, and each set is three or four owned strings.
         let by_strategy = || StrategyLabels {
-            provider: labels.provider.clone(),
-            env: labels.env.clone(),
-            event_type: labels.event_type.clone(),
-            strategy: labels.strategy.clone(),
+            provider: labels.provider.to_owned(),
+            env: labels.env.to_owned(),
+            event_type: labels.event_type.to_owned(),
+            strategy: labels.strategy_label(),
         };
         match (decision.action, decision.layer) {
             (Action::Ignore, Some(Layer::Transport)) => {
                 let by_type = TypeLabels {
-                    provider: labels.provider.clone(),
-                    env: labels.env.clone(),
-                    event_type: labels.event_type.clone(),
+                    provider: labels.provider.to_owned(),
+                    env: labels.env.to_owned(),
+                    event_type: labels.event_type.to_owned(),
                 };
                 self.transport_duplicates.get_or_create(&by_type).inc();
             }
@@ -332,7 +308,6 @@ impl Metrics {
         for f in &decision.flags {
             self.flag(*f);
         }
-        self.deliveries.get_or_create(&labels).inc();
     }
 
     fn flag(&self, f: Flag) {

@@ -114,10 +114,13 @@ pub struct Proof {
 }
 
 impl Proof {
+    /// The proof of a recorded decision: the plan's strategy and confidence, and the value of
+    /// its key (`effect_key`), which the decision's request took from the plan.
     pub(crate) fn decided(
         delivery: DeliveryId,
         event_type: Option<String>,
-        plan: &Plan,
+        plan: Plan,
+        effect_key: Option<String>,
         differences: Vec<Difference>,
         details: Details,
         o: &DecideOutcome,
@@ -126,9 +129,9 @@ impl Proof {
             delivery,
             event_type,
             decision: o.decision.clone(),
-            strategy: plan.strategy.clone(),
+            strategy: plan.strategy,
             confidence: plan.confidence,
-            effect_key: plan.key.as_ref().map(|k| k.value.clone()),
+            effect_key,
             effect: o.effect.clone(),
             prior: o.prior,
             existing_result: o.existing_result.clone(),

@@ -6,11 +6,12 @@
 use oncegate_core::contract::{Contract, EventType, Provider};
 use oncegate_core::ids::DeliveryId;
 use oncegate_core::json::{self, JsonErrorKind, Limits};
+use oncegate_core::matrix::Confidence;
 use oncegate_store::{BreakerScope, DecideOutcome, NewForward, NewReception};
 use time::OffsetDateTime;
 
 use crate::breaker;
-use crate::metrics::DeliveryLabels;
+use crate::metrics::DecisionLabels;
 use crate::plan::{self, Plan};
 use crate::reception::{Cut, Reception};
 use crate::refusal::{Refusal, RefusalKind};
@@ -64,8 +65,8 @@ pub(crate) fn parse(r: &Reception, limits: &Limits) -> Result<json::Value, Refus
 }
 
 /// What identification made of one delivery: its provider and type in the contract, its
-/// plan (key, strategy, the matrix's question, the proof's details) and the collision breaker
-/// its strategy counts on.
+/// plan (key, strategy, the matrix's question, the proof's details); the collision breaker
+/// its strategy counts on is named only for a decision that counts (`breaker`).
 pub(crate) struct Identified<'c> {
     /// The provider's section of the contract, when it has one.
     pub provider: Option<&'c Provider>,
@@ -75,8 +76,6 @@ pub(crate) struct Identified<'c> {
     pub type_def: Option<&'c EventType>,
     /// The key, strategy and question for the matrix.
     pub plan: Plan,
-    /// The strategy's collision breaker, counted after the decision.
-    pub breaker: Option<BreakerScope>,
 }
 
 /// Stage 3, identify: pure, from the contract alone. Also returns the reception's journal
@@ -117,36 +116,43 @@ pub(crate) fn identify<'c>(
         Some(transport),
         provider,
     );
-    let breaker = match (&plan.strategy, &event_type) {
-        (Some(s), Some(t)) => Some(breaker::scope(&r.provider, &r.env, t, s)),
-        _ => None,
-    };
     let identified = Identified {
         provider,
         event_type,
         type_def,
         plan,
-        breaker,
     };
     (identified, entry)
 }
 
 impl Identified<'_> {
+    /// The collision breaker the delivery's strategy counts on, when it has a strategy and a
+    /// type; named on demand, since only a key match counts (`breaker::count`).
+    pub(crate) fn breaker(&self, r: &Reception) -> Option<BreakerScope> {
+        match (&self.plan.strategy, &self.event_type) {
+            (Some(s), Some(t)) => Some(breaker::scope(&r.provider, &r.env, t, s)),
+            _ => None,
+        }
+    }
+
     /// Stage 5, answer: the metric labels of the decision.
-    pub(crate) fn labels(&self, r: &Reception, outcome: &DecideOutcome) -> DeliveryLabels {
+    pub(crate) fn labels<'a>(
+        &'a self,
+        r: &'a Reception,
+        outcome: &DecideOutcome,
+    ) -> DecisionLabels<'a> {
         let strategy = self.plan.strategy.as_ref();
-        DeliveryLabels {
+        DecisionLabels {
             provider: label_or(self.provider.is_some(), &r.provider, "(unknown)"),
-            env: r.env.clone(),
+            env: &r.env,
             event_type: match (self.type_def, &self.event_type) {
-                (Some(_), Some(t)) => t.clone(),
-                _ => "(no contract)".to_owned(),
+                (Some(_), Some(t)) => t,
+                _ => "(no contract)",
             },
-            strategy: strategy
-                .map(|s| format!("{}@{}", s.name, s.version))
-                .unwrap_or_default(),
-            level: strategy.map(|s| s.level.clone()).unwrap_or_default(),
-            action: outcome.decision.action.as_str().to_owned(),
+            strategy: strategy.map(|s| (s.name.as_str(), s.version)),
+            level: strategy.map_or("", |s| s.level.as_str()),
+            action: outcome.decision.action.as_str(),
+            confidence: self.plan.confidence.map(Confidence::as_str),
         }
     }
 
@@ -199,10 +205,10 @@ impl Identified<'_> {
 }
 
 /// The label of a value the contract knows, or the word that says it does not.
-pub(crate) fn label_or(known: bool, value: &str, unknown: &str) -> String {
+pub(crate) fn label_or<'a>(known: bool, value: &'a str, unknown: &'static str) -> &'a str {
     if known {
-        value.to_owned()
+        value
     } else {
-        unknown.to_owned()
+        unknown
     }
 }
