@@ -330,10 +330,12 @@ where
     if scope.decided {
         return Err(already_decided(&req.delivery));
     }
+    let hash = view::key_hash(&scope, req);
+    let hash = hash.as_deref();
     for _ in 0..MAX_ATTEMPTS {
-        let view = view::load(tx, &scope, req).await?;
+        let view = view::load(tx, &scope, req, hash).await?;
         let decision = choose(&view);
-        if let Some(outcome) = writes::apply(tx, &scope, req, &view, decision).await? {
+        if let Some(outcome) = writes::apply(tx, &scope, req, hash, &view, decision).await? {
             return Ok(outcome);
         }
     }

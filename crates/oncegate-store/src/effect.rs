@@ -534,7 +534,7 @@ pub(crate) struct NewEffect<'a> {
     pub event_type: Option<&'a str>,
     pub strategy: Option<&'a StrategyRef>,
     pub key_value: Option<&'a str>,
-    pub scope_hash: Option<String>,
+    pub scope_hash: Option<&'a str>,
     pub durable: bool,
     pub state: EffectState,
     pub token: i64,

@@ -477,11 +477,7 @@ impl PgStore {
         if let Some(scope) = known {
             // Journaled here and not decided yet: the decision joins the next batch.
             let (reply, answer) = oneshot::channel();
-            let deciding = Deciding {
-                request,
-                scope,
-                matrix: matrix.share(),
-            };
+            let deciding = Deciding::new(request, scope, matrix.share());
             self.batcher.send(Item::decide(deciding, reply));
             return answer.await.map_err(|_| stopped())?;
         }
@@ -507,14 +503,14 @@ impl PgStore {
         matrix: &dyn Matrix,
     ) -> Result<(DeliveryId, Result<DecideOutcome>)> {
         let id = DeliveryId::from_u128(new_id(reception.received_at));
-        let deciding = Deciding {
-            scope: crate::decision::journaled_scope(&reception),
-            request: DecideRequest {
+        let deciding = Deciding::new(
+            DecideRequest {
                 delivery: id.clone(),
                 ..request
             },
-            matrix: matrix.share(),
-        };
+            crate::decision::journaled_scope(&reception),
+            matrix.share(),
+        );
         let (reply, answer) = oneshot::channel();
         self.batcher
             .send(Item::receive(id, reception, deciding, reply));

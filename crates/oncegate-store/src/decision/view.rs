@@ -61,12 +61,14 @@ fn effect_row(row: &Row, at: usize) -> Result<EffectRow> {
 }
 
 /// What is known about the delivery's transport key and effect key, in one statement.
+/// `hash`: the key's scope hash (`key_hash`), made once per decision.
 pub(super) async fn load<T: Tx + Send>(
     tx: &mut T,
     scope: &Scope,
     req: &DecideRequest,
+    hash: Option<&str>,
 ) -> Result<PriorView> {
-    let (sql, params) = statement(tx.dialect(), scope, req);
+    let (sql, params) = statement(tx.dialect(), scope, req, hash);
     let rows = tx.query(sql, &params).await?;
     read(scope, req, &rows)
 }
@@ -80,14 +82,21 @@ pub(super) async fn load<T: Tx + Send>(
 /// 1.3x with it).
 pub(crate) const TRANSPORT_WINDOW: time::Duration = time::Duration::days(31);
 
+/// The scope hash of the request's key, under which its effect is indexed and found: made
+/// once per decision, for its view and its writes alike.
+pub(crate) fn key_hash(scope: &Scope, req: &DecideRequest) -> Option<String> {
+    let event_type = event_type_of(scope, req);
+    req.key.as_ref().map(|key| scope.key_hash(event_type, key))
+}
+
 /// The view's statement (see `load`), for a backend that sends several at once.
 pub(crate) fn statement<'a>(
     dialect: Dialect,
     scope: &'a Scope,
     req: &'a DecideRequest,
+    hash: Option<&'a str>,
 ) -> Statement<'a> {
     let event_type = event_type_of(scope, req);
-    let hash = req.key.as_ref().map(|key| scope.key_hash(event_type, key));
     let strategy = req.key.as_ref().map(|key| &key.strategy);
     (
         view_sql(dialect),

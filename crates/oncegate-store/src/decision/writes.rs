@@ -31,10 +31,11 @@ pub(super) async fn apply<T: Tx + Send>(
     tx: &mut T,
     scope: &Scope,
     req: &DecideRequest,
+    hash: Option<&str>,
     view: &PriorView,
     decision: Decision,
 ) -> Result<Option<DecideOutcome>> {
-    let prepared = prepare(scope, req, view, decision)?;
+    let prepared = prepare(scope, req, hash, view, decision)?;
     let applied = match tx
         .write_decision(prepared.head.as_ref(), &prepared.writes)
         .await
@@ -75,17 +76,18 @@ impl Prepared<'_> {
     }
 }
 
-/// What a decision writes and answers, without running it.
+/// What a decision writes and answers, without running it. `hash`: the key's scope hash
+/// (`view::key_hash`), made once per decision.
 pub(crate) fn prepare<'a>(
     scope: &'a Scope,
     req: &'a DecideRequest,
+    hash: Option<&'a str>,
     view: &'a PriorView,
     decision: Decision,
 ) -> Result<Prepared<'a>> {
     let now = ms(req.now);
     let event_type: Option<&'a str> = event_type_of(scope, req);
     let key = req.key.as_ref();
-    let hash = key.map(|k| scope.key_hash(event_type, k));
     let durable = matches!(key.map(|k| k.horizon), Some(Horizon::Durable));
     let lease_until = now.saturating_add(duration_ms(req.lease));
     let discriminants = codes::map_json(&key.map(|k| k.discriminants.clone()).unwrap_or_default());
@@ -106,7 +108,7 @@ pub(crate) fn prepare<'a>(
     // A new effect reserved for this delivery with fencing token 1, in the unique index
     // (`scope_hash` given) or beside it (a possible duplicate, an unkeyed delivery).
     let reserve_new =
-        |writes: &mut Vec<Statement<'a>>, id: &EffectId, scope_hash: Option<String>| {
+        |writes: &mut Vec<Statement<'a>>, id: &EffectId, scope_hash: Option<&'a str>| {
             writes.push(effect::insert(NewEffect {
                 id: id.as_str().to_owned(),
                 scope,
@@ -136,7 +138,7 @@ pub(crate) fn prepare<'a>(
     match plan::plan(key, view, &decision) {
         Plan::ReserveIndexed => {
             let id = EffectId::from_u128(new_id(req.now));
-            let hash = hash.clone().unwrap_or_default();
+            let hash = hash.unwrap_or_default();
             let expires = match key.map(|k| k.horizon) {
                 Some(Horizon::For(d)) => Some(now.saturating_add(duration_ms(d))),
                 _ => None,
@@ -147,7 +149,7 @@ pub(crate) fn prepare<'a>(
                 "INSERT INTO effect_index (scope_hash, effect_id, expires_at) VALUES ($1, $2, $3) \
                  ON CONFLICT (scope_hash) DO UPDATE SET effect_id = excluded.effect_id, expires_at = excluded.expires_at \
                  WHERE effect_index.expires_at IS NOT NULL AND effect_index.expires_at <= $4",
-                vec![text(hash.clone()), text(id.as_str().to_owned()), opt_int(expires), int(now)],
+                vec![text(hash), text(id.as_str().to_owned()), opt_int(expires), int(now)],
             ));
             reservation = Some(reserve_new(&mut writes, &id, Some(hash))?);
             link = Some(LinkKind::Reserved);
@@ -173,7 +175,7 @@ pub(crate) fn prepare<'a>(
         }
         Plan::ReserveUnindexed => {
             let id = EffectId::from_u128(new_id(req.now));
-            reservation = Some(reserve_new(&mut writes, &id, hash.clone())?);
+            reservation = Some(reserve_new(&mut writes, &id, hash)?);
             link = Some(LinkKind::Reserved);
             effect = Some(id);
         }
@@ -203,7 +205,7 @@ pub(crate) fn prepare<'a>(
                     opt_int(strategy.map(|s| i64::from(s.version))),
                     opt_text(strategy.map(|s| s.level.as_str())),
                     opt_text(key.map(|k| k.value.as_str())),
-                    opt_text(hash.clone()),
+                    opt_text(hash),
                     Value::Bool(q_durable),
                     opt_int(horizon_ms),
                     text(discriminants.clone()),

@@ -86,9 +86,27 @@ pub(super) enum Reply {
 
 /// A decision in a batch: the delivery's scope must be known (journaled by this instance).
 pub(super) struct Deciding {
-    pub request: DecideRequest,
-    pub scope: Scope,
-    pub matrix: SharedMatrix,
+    request: DecideRequest,
+    scope: Scope,
+    matrix: SharedMatrix,
+    /// The key's scope hash (`view::key_hash`), made once for every batch the decision joins.
+    hash: Option<String>,
+}
+
+impl Deciding {
+    pub fn new(request: DecideRequest, scope: Scope, matrix: SharedMatrix) -> Deciding {
+        let hash = view::key_hash(&scope, &request);
+        Deciding {
+            request,
+            scope,
+            matrix,
+            hash,
+        }
+    }
+
+    fn key_hash(&self) -> Option<&str> {
+        self.hash.as_deref()
+    }
 }
 
 /// A holder's complete in a batch.
@@ -581,8 +599,12 @@ fn first_round(items: &[Item]) -> Result<Vec<(Sent<'_>, Vec<usize>, Part)>> {
                 .push(i, params)?;
         }
         if let Some(d) = item.decide.as_ref().filter(|_| item.failed.is_none()) {
-            let (sql, params) =
-                view::statement(crate::sql::Dialect::Postgres, &d.scope, &d.request);
+            let (sql, params) = view::statement(
+                crate::sql::Dialect::Postgres,
+                &d.scope,
+                &d.request,
+                d.key_hash(),
+            );
             views
                 .get_or_insert_with(|| Rows::new(sql, items.len()))
                 .push(i, params)?;
@@ -691,7 +713,7 @@ async fn written(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin
             continue;
         };
         let decision = d.matrix.decide(v);
-        match writes::prepare(&d.scope, &d.request, v, decision) {
+        match writes::prepare(&d.scope, &d.request, d.key_hash(), v, decision) {
             Ok(p) => prepared[i] = Some(p),
             Err(e) => {
                 rollback(client).await;

@@ -160,7 +160,7 @@ pub(crate) async fn resolve<T: Tx + Send>(
                 event_type: item.event_type.as_deref(),
                 strategy: item.strategy.as_ref(),
                 key_value: item.key.as_deref(),
-                scope_hash: scope_hash.clone(),
+                scope_hash: scope_hash.as_deref(),
                 durable: item.horizon == Some(Horizon::Durable),
                 state: EffectState::Released,
                 token: 0,
