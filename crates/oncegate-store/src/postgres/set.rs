@@ -13,77 +13,205 @@
 //! prepared statement's parameters into columns of arrays.
 
 use std::borrow::Cow;
+use std::error::Error;
+use std::sync::Arc;
 
-use tokio_postgres::types::ToSql;
+use bytes::BytesMut;
+use postgres_protocol::types::{self as wire, ArrayDimension};
+use postgres_protocol::IsNull as Null;
+use tokio_postgres::types::{to_sql_checked, IsNull, Kind, ToSql, Type};
 
 use crate::error::StoreError;
 use crate::sql::Value;
 
 type Result<T> = std::result::Result<T, StoreError>;
 
-/// One column of a set statement's rows: the values of one placeholder across the rows, bound
-/// as one array parameter.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) enum Array<'a> {
-    Text(Vec<Option<Cow<'a, str>>>),
-    Int(Vec<Option<i64>>),
-    Bool(Vec<Option<bool>>),
-    Bytes(Vec<Option<Vec<u8>>>),
+/// The SQL type of one column's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Column {
+    Text,
+    Int,
+    Bool,
+    Bytes,
 }
 
-impl<'a> Array<'a> {
-    /// An empty column for values like `v`, with room for `rows` of them.
-    fn like(v: &Value<'_>, rows: usize) -> Array<'a> {
+impl Column {
+    fn of(v: &Value<'_>) -> Column {
         match v {
-            Value::Text(_) => Array::Text(Vec::with_capacity(rows)),
-            Value::Int(_) => Array::Int(Vec::with_capacity(rows)),
-            Value::Bool(_) => Array::Bool(Vec::with_capacity(rows)),
-            Value::Bytes(_) => Array::Bytes(Vec::with_capacity(rows)),
+            Value::Text(_) => Column::Text,
+            Value::Int(_) => Column::Int,
+            Value::Bool(_) => Column::Bool,
+            Value::Bytes(_) => Column::Bytes,
         }
     }
 
-    fn push(&mut self, v: Value<'a>) -> Result<()> {
-        match (self, v) {
-            (Array::Text(a), Value::Text(v)) => a.push(v.map(spelled)),
-            (Array::Int(a), Value::Int(v)) => a.push(v),
-            (Array::Bool(a), Value::Bool(v)) => a.push(Some(v)),
-            (Array::Bytes(a), Value::Bytes(v)) => a.push(v),
-            (a, v) => {
-                return Err(StoreError::corrupt(format!(
-                    "a set statement's column of {} was given {v:?}",
-                    a.sql_type()
-                )))
-            }
-        }
-        Ok(())
-    }
-
-    /// The array's SQL type, as its placeholder is cast.
-    fn sql_type(&self) -> &'static str {
+    /// The column's array type, as its placeholder is cast.
+    fn sql_type(self) -> &'static str {
         match self {
-            Array::Text(_) => "text[]",
-            Array::Int(_) => "int8[]",
-            Array::Bool(_) => "bool[]",
-            Array::Bytes(_) => "bytea[]",
+            Column::Text => "text[]",
+            Column::Int => "int8[]",
+            Column::Bool => "bool[]",
+            Column::Bytes => "bytea[]",
         }
     }
 
+    /// The element type PostgreSQL binds for it.
+    fn element(self) -> Type {
+        match self {
+            Column::Text => Type::TEXT,
+            Column::Int => Type::INT8,
+            Column::Bool => Type::BOOL,
+            Column::Bytes => Type::BYTEA,
+        }
+    }
+}
+
+/// The rows of one template, each the parameters of one run of it, with the member each
+/// belongs to. Shared by every array parameter that reads a column of it, so binding the rows
+/// copies none of their values.
+#[derive(Debug)]
+pub(super) struct Table<'a> {
+    rows: Vec<Vec<Value<'a>>>,
+    members: Vec<Option<i64>>,
+}
+
+/// One array parameter of a set statement, bound as one array.
+///
+/// A column is read in place from its rows when the statement's parameters are written to the
+/// connection: the rows are kept as their callers made them (one vector of values per member),
+/// and no vector per column is built. Hand-written because `tokio-postgres` binds an array only
+/// from a collection of its own elements.
+#[derive(Debug, Clone)]
+pub(super) enum Array<'a> {
+    /// Column `index` of a template's rows: the values of its `$index+1` placeholder.
+    Column {
+        table: Arc<Table<'a>>,
+        index: usize,
+        column: Column,
+    },
+    /// The members of a template's rows, one per row.
+    Members(Arc<Table<'a>>),
+    /// A list of integers made for the statement.
+    Int(Vec<Option<i64>>),
+}
+
+impl Array<'_> {
     /// The array as a statement parameter.
     pub fn as_sql(&self) -> &(dyn ToSql + Sync) {
+        self
+    }
+
+    /// The array's values, in order (for tests).
+    #[cfg(test)]
+    fn values(&self) -> Vec<Value<'_>> {
         match self {
-            Array::Text(a) => a,
-            Array::Int(a) => a,
-            Array::Bool(a) => a,
-            Array::Bytes(a) => a,
+            Array::Column { table, index, .. } => {
+                table.rows.iter().map(|r| r[*index].clone()).collect()
+            }
+            Array::Members(table) => table.members.iter().map(|m| Value::Int(*m)).collect(),
+            Array::Int(v) => v.iter().map(|m| Value::Int(*m)).collect(),
         }
     }
+}
+
+impl ToSql for Array<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn Error + Sync + Send>> {
+        let element = match ty.kind() {
+            Kind::Array(element) => element,
+            _ => return Err(format!("a set statement's array was bound as {ty}").into()),
+        };
+        match self {
+            Array::Column {
+                table,
+                index,
+                column,
+            } => {
+                if *element != column.element() {
+                    return Err(format!(
+                        "a set statement's column of {} was bound as {ty}",
+                        column.sql_type()
+                    )
+                    .into());
+                }
+                let values = table.rows.iter().map(|r| &r[*index]);
+                array(element, table.rows.len(), values, out, |v, w| {
+                    Ok(match v {
+                        Value::Text(None) | Value::Int(None) | Value::Bytes(None) => Null::Yes,
+                        Value::Text(Some(s)) => {
+                            wire::text_to_sql(s, w);
+                            Null::No
+                        }
+                        Value::Int(Some(i)) => {
+                            wire::int8_to_sql(*i, w);
+                            Null::No
+                        }
+                        Value::Bool(b) => {
+                            wire::bool_to_sql(*b, w);
+                            Null::No
+                        }
+                        Value::Bytes(Some(b)) => {
+                            wire::bytea_to_sql(b, w);
+                            Null::No
+                        }
+                    })
+                })?;
+            }
+            Array::Members(table) => ints(element, &table.members, out)?,
+            Array::Int(v) => ints(element, v, out)?,
+        }
+        Ok(IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        matches!(ty.kind(), Kind::Array(e)
+            if [Type::TEXT, Type::INT8, Type::BOOL, Type::BYTEA].contains(e))
+    }
+
+    to_sql_checked!();
+}
+
+/// A one-dimensional array of `len` elements of type `element`, each written by `write`.
+fn array<T>(
+    element: &Type,
+    len: usize,
+    values: impl IntoIterator<Item = T>,
+    out: &mut BytesMut,
+    write: impl FnMut(T, &mut BytesMut) -> std::result::Result<Null, Box<dyn Error + Sync + Send>>,
+) -> std::result::Result<(), Box<dyn Error + Sync + Send>> {
+    let dimension = ArrayDimension {
+        len: i32::try_from(len)?,
+        lower_bound: 1,
+    };
+    wire::array_to_sql(Some(dimension), element.oid(), values, write, out)
+}
+
+fn ints(
+    element: &Type,
+    values: &[Option<i64>],
+    out: &mut BytesMut,
+) -> std::result::Result<(), Box<dyn Error + Sync + Send>> {
+    if *element != Type::INT8 {
+        return Err(format!("a set statement's list of int8 was bound as {element}[]").into());
+    }
+    array(element, values.len(), values, out, |v, w| {
+        Ok(match v {
+            Some(i) => {
+                wire::int8_to_sql(*i, w);
+                Null::No
+            }
+            None => Null::Yes,
+        })
+    })
 }
 
 /// A text as PostgreSQL stores it (`nul`), without a copy when it needs no spelling.
-fn spelled(s: Cow<'_, str>) -> Cow<'_, str> {
-    match crate::nul::encode(&s) {
-        Cow::Borrowed(_) => s,
-        Cow::Owned(o) => Cow::Owned(o),
+fn spell(s: &mut Cow<'_, str>) {
+    if let Cow::Owned(o) = crate::nul::encode(s) {
+        *s = Cow::Owned(o);
     }
 }
 
@@ -92,18 +220,18 @@ fn spelled(s: Cow<'_, str>) -> Cow<'_, str> {
 #[derive(Debug)]
 pub(super) struct Rows<'a> {
     template: &'static str,
-    columns: Vec<Array<'a>>,
-    members: Vec<Option<i64>>,
+    table: Arc<Table<'a>>,
 }
 
 impl<'a> Rows<'a> {
-    /// Rows of `template` for up to `members` members: each column is made that long at once,
-    /// not grown row by row.
+    /// Rows of `template` for up to `members` members.
     pub fn new(template: &'static str, members: usize) -> Rows<'a> {
         Rows {
             template,
-            columns: Vec::new(),
-            members: Vec::with_capacity(members),
+            table: Arc::new(Table {
+                rows: Vec::with_capacity(members),
+                members: Vec::with_capacity(members),
+            }),
         }
     }
 
@@ -111,22 +239,46 @@ impl<'a> Rows<'a> {
         self.template
     }
 
-    /// Adds member `member`'s row: the parameters of one run of the template.
-    pub fn push(&mut self, member: usize, params: Vec<Value<'a>>) -> Result<()> {
-        if self.members.is_empty() {
-            let rows = self.members.capacity();
-            self.columns = params.iter().map(|v| Array::like(v, rows)).collect();
-        } else if params.len() != self.columns.len() {
-            return Err(StoreError::corrupt(format!(
-                "a set statement's rows have {} and {} parameters",
-                self.columns.len(),
-                params.len()
-            )));
+    /// The type of each column, as the first row's values have them.
+    fn columns(&self) -> Vec<Column> {
+        self.table
+            .rows
+            .first()
+            .map(|r| r.iter().map(Column::of).collect())
+            .unwrap_or_default()
+    }
+
+    /// Adds member `member`'s row: the parameters of one run of the template, each of the type
+    /// of the first row's.
+    pub fn push(&mut self, member: usize, mut params: Vec<Value<'a>>) -> Result<()> {
+        let table = Arc::get_mut(&mut self.table)
+            .ok_or_else(|| StoreError::corrupt("a set statement's rows grew once bound"))?;
+        if let Some(first) = table.rows.first() {
+            if params.len() != first.len() {
+                return Err(StoreError::corrupt(format!(
+                    "a set statement's rows have {} and {} parameters",
+                    first.len(),
+                    params.len()
+                )));
+            }
+            if let Some((want, got)) = first
+                .iter()
+                .zip(&params)
+                .find(|(a, b)| Column::of(a) != Column::of(b))
+            {
+                return Err(StoreError::corrupt(format!(
+                    "a set statement's column of {} was given {got:?}",
+                    Column::of(want).sql_type()
+                )));
+            }
         }
-        for (column, value) in self.columns.iter_mut().zip(params) {
-            column.push(value)?;
+        for v in &mut params {
+            if let Value::Text(Some(s)) = v {
+                spell(s);
+            }
         }
-        self.members.push(Some(member as i64));
+        table.rows.push(params);
+        table.members.push(Some(member as i64));
         Ok(())
     }
 }
@@ -222,13 +374,18 @@ impl<'a> Statement<'a> {
 
     /// Binds `rows`' columns and members as parameters, under the alias `alias`.
     fn bind(&mut self, rows: Rows<'a>, alias: &str) -> (Source, Vec<&'static str>) {
-        let types: Vec<&'static str> = rows.columns.iter().map(Array::sql_type).collect();
-        let mut placeholders = Vec::with_capacity(rows.columns.len());
-        for column in rows.columns {
-            self.params.push(column);
+        let columns = rows.columns();
+        let types: Vec<&'static str> = columns.iter().map(|c| c.sql_type()).collect();
+        let mut placeholders = Vec::with_capacity(columns.len());
+        for (index, column) in columns.into_iter().enumerate() {
+            self.params.push(Array::Column {
+                table: rows.table.clone(),
+                index,
+                column,
+            });
             placeholders.push(self.params.len());
         }
-        self.params.push(Array::Int(rows.members));
+        self.params.push(Array::Members(rows.table));
         let member = self.params.len();
         (
             Source {
@@ -356,15 +513,18 @@ impl<'a> Statement<'a> {
     /// Binds the first column of `rows` beside its members, for matching a statement's returned
     /// keys to the members that wrote them: `unnest($k::T[], $m::int8[]) AS alias(key, member)`.
     pub fn keys(&mut self, rows: &Rows<'a>, alias: &str) -> Result<String> {
-        let column = rows
-            .columns
+        let column = *rows
+            .columns()
             .first()
-            .cloned()
             .ok_or_else(|| not_a_template(rows.template))?;
         let ty = column.sql_type();
-        self.params.push(column);
+        self.params.push(Array::Column {
+            table: rows.table.clone(),
+            index: 0,
+            column,
+        });
         let key = self.params.len();
-        self.params.push(Array::Int(rows.members.clone()));
+        self.params.push(Array::Members(rows.table.clone()));
         if !self.write_text {
             return Ok(String::new());
         }
@@ -473,12 +633,13 @@ mod tests {
              FROM (SELECT unnest($1::text[]) AS v1, unnest($2::int8[]) AS v2, unnest($3::int8[]) AS member) AS r \
              WHERE r.member > 0"
         );
+        let params: Vec<Vec<Value>> = st.params.iter().map(Array::values).collect();
         assert_eq!(
-            st.params,
+            params,
             vec![
-                Array::Text(vec![Some("x".into()), None]),
-                Array::Int(vec![Some(1), Some(2)]),
-                Array::Int(vec![Some(0), Some(3)]),
+                vec![text("x"), opt_text(None::<String>)],
+                vec![int(1), int(2)],
+                vec![int(0), int(3)],
             ]
         );
     }
@@ -559,7 +720,14 @@ mod tests {
             .starts_with("UPDATE e SET s = c.v2 FROM (SELECT unnest($2::text[]) AS v1"));
         assert_eq!(bound.members(vec![0, 1]), "");
         assert_eq!(bound.update(rows(), "c", None).unwrap(), "");
-        assert_eq!(full.params, bound.params);
+        let values = |st: &Statement| {
+            st.params
+                .iter()
+                .map(Array::values)
+                .map(|v| format!("{v:?}"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(values(&full), values(&bound));
     }
 
     #[test]
@@ -581,9 +749,10 @@ mod tests {
     fn texts_are_spelled_for_postgres_in_the_arrays() {
         let mut rows = Rows::new("INSERT INTO t (a) VALUES ($1)", 2);
         rows.push(0, vec![text("a\0b")]).unwrap();
-        match &rows.columns[0] {
-            Array::Text(v) => assert_ne!(v[0].as_deref(), Some("a\0b")),
-            other => panic!("{other:?}"),
-        }
+        let mut st = Statement::default();
+        st.insert(rows, "r", None, false).unwrap();
+        let spelled = st.params[0].values();
+        assert_eq!(spelled.len(), 1);
+        assert_ne!(spelled[0], text("a\0b"));
     }
 }
