@@ -17,8 +17,10 @@ use crate::error::ApiError;
 /// truncate in support conversations.
 const MAC_HEX_LEN: usize = 32;
 
+/// The token key, held as its HMAC already keyed (the key's two padded blocks hashed once), so
+/// each token minted or verified hashes only its own message.
 #[derive(Clone)]
-pub(crate) struct TokenKey([u8; 32]);
+pub(crate) struct TokenKey(Hmac<Sha256>);
 
 impl TokenKey {
     /// Derives the token key from the salt, under a label so it never equals a key used to
@@ -26,12 +28,12 @@ impl TokenKey {
     pub fn derive(salt: &[u8]) -> TokenKey {
         let mut m = Hmac::<Sha256>::new_from_slice(salt).expect("HMAC takes a key of any length");
         m.update(b"oncegate-reservation-token/1");
-        TokenKey(m.finalize().into_bytes().into())
+        let key = m.finalize().into_bytes();
+        TokenKey(Hmac::<Sha256>::new_from_slice(&key).expect("HMAC takes a key of any length"))
     }
 
     fn mac(&self, effect: &EffectId, fencing: u64) -> Hmac<Sha256> {
-        let mut m =
-            Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes a key of any length");
+        let mut m = self.0.clone();
         m.update(effect.as_str().as_bytes());
         m.update(b".");
         m.update(fencing.to_string().as_bytes());
@@ -82,5 +84,24 @@ mod tests {
         assert!(TokenKey::derive(b"other").verify(&e, &t).is_err());
         assert!(key.verify(&e, "3").is_err());
         assert!(key.verify(&e, "x.abc").is_err());
+    }
+
+    /// Tokens stay what every instance, older ones included, mints and accepts: the key is
+    /// the salt's HMAC of the label, and a token's MAC the key's HMAC of `effect.fencing`.
+    #[test]
+    fn a_token_is_the_keyed_mac_of_its_effect_and_fencing() {
+        let label = {
+            let mut m = Hmac::<Sha256>::new_from_slice(b"salt").unwrap();
+            m.update(b"oncegate-reservation-token/1");
+            m.finalize().into_bytes()
+        };
+        let e = EffectId::from_u128(42);
+        let mut m = Hmac::<Sha256>::new_from_slice(&label).unwrap();
+        m.update(format!("{e}.7").as_bytes());
+        let full = hex::encode(m.finalize().into_bytes());
+        let key = TokenKey::derive(b"salt");
+        assert_eq!(key.mint(&e, 7), format!("7.{}", &full[..MAC_HEX_LEN]));
+        // The keyed state is cloned, never consumed: a second token is minted alike.
+        assert_eq!(key.mint(&e, 7), key.mint(&e, 7));
     }
 }
