@@ -80,22 +80,31 @@ pub(crate) fn v1() -> Vec<Route> {
     ]
 }
 
+/// The route table, with the request timeout, the read lag and the trace around it.
+///
+/// The layers wrap the whole table once, as the fallback of an otherwise empty router, rather
+/// than each route (`Router::layer` wraps every route's service in each layer, and each wrapped
+/// service is boxed and cloned for every request). Every request still passes through them,
+/// the fallback's included, in the same order.
 pub(crate) fn router(state: AppState) -> Router {
-    let mut router = Router::new();
+    let mut routes = Router::new();
     for r in v1() {
-        router = router.route(r.path, r.handler);
+        routes = routes.route(r.path, r.handler);
     }
-    router
+    let routes = routes
         .route("/metrics", get(health::metrics))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .merge(crate::console::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn_with_state(state.clone(), read_lag))
-        .layer(middleware::from_fn_with_state(state.clone(), timeout))
+        .with_state(state.clone());
+    let layered = tower::ServiceBuilder::new()
         .layer(tower_http::trace::TraceLayer::new_for_http())
-        .with_state(state)
+        .layer(middleware::from_fn_with_state(state.clone(), timeout))
+        .layer(middleware::from_fn_with_state(state, read_lag))
+        .service(routes);
+    Router::new().fallback_service(layered)
 }
 
 async fn not_found() -> ApiError {
