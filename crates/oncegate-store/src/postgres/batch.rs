@@ -479,7 +479,7 @@ impl Shape {
         self,
         build: impl FnOnce(&mut set::Statement<'a>) -> Result<String>,
     ) -> Result<(Arc<str>, Vec<Array<'a>>)> {
-        static TEXTS: std::sync::OnceLock<std::sync::Mutex<HashMap<Shape, Arc<str>>>> =
+        static TEXTS: std::sync::OnceLock<std::sync::Mutex<HashMap<Shape, (Arc<str>, usize)>>> =
             std::sync::OnceLock::new();
         let texts = TEXTS.get_or_init(Default::default);
         let known = texts
@@ -487,8 +487,8 @@ impl Shape {
             .unwrap_or_else(|p| p.into_inner())
             .get(&self)
             .cloned();
-        if let Some(sql) = known {
-            let mut st = set::Statement::bind_only();
+        if let Some((sql, params)) = known {
+            let mut st = set::Statement::bind_only(params);
             build(&mut st)?;
             return Ok((sql, st.params));
         }
@@ -496,7 +496,7 @@ impl Shape {
         let sql: Arc<str> = build(&mut st)?.into();
         let mut texts = texts.lock().unwrap_or_else(|p| p.into_inner());
         if texts.len() < SHAPES {
-            texts.insert(self, sql.clone());
+            texts.insert(self, (sql.clone(), st.params.len()));
         }
         Ok((sql, st.params))
     }
@@ -634,6 +634,9 @@ fn first_round(items: &[Item]) -> Result<Vec<(Sent<'_>, Vec<usize>, Part)>> {
             (Some(j), Some(v)) => {
                 let insert = st.insert(j, "j", None, false)?;
                 let select = st.select(v, "v")?;
+                if !st.writes_text() {
+                    return Ok(String::new());
+                }
                 Ok(format!("WITH journaled AS ({insert}) {select}"))
             }
             (Some(j), None) => st.insert(j, "j", None, false),
@@ -907,37 +910,63 @@ fn chained_set<'a>(
         shape.part(4, Some(rows));
     }
     let (sql, params) = shape.text(|st| {
+        // A shape seen before binds its parameters alone, in the same order, making no text.
+        let text = st.writes_text();
+        let name = |prefix: &str, n: usize| {
+            if text {
+                format!("{prefix}{n}")
+            } else {
+                String::new()
+            }
+        };
         let mut parts = Vec::new();
         let mut kept = Vec::new();
         for (n, rows) in heads.into_iter().enumerate() {
-            let alias = format!("h{n}");
+            let alias = name("h", n);
             if rows.template().starts_with("INSERT ") {
-                let keys = st.keys(&rows, &format!("k{n}"))?;
+                let keys = st.keys(&rows, &name("k", n))?;
                 let sql = st.insert(rows, &alias, None, true)?;
-                parts.push(format!("{alias} AS ({sql})"));
-                kept.push(format!(
-                    "SELECT k{n}.member FROM {keys} JOIN {alias} ON {alias}.key = k{n}.key"
-                ));
+                if text {
+                    parts.push(format!("{alias} AS ({sql})"));
+                    kept.push(format!(
+                        "SELECT k{n}.member FROM {keys} JOIN {alias} ON {alias}.key = k{n}.key"
+                    ));
+                }
             } else {
                 let sql = st.update(rows, &alias, None)?;
-                parts.push(format!("{alias} AS ({sql})"));
-                kept.push(format!("SELECT {alias}.member FROM {alias}"));
+                if text {
+                    parts.push(format!("{alias} AS ({sql})"));
+                    kept.push(format!("SELECT {alias}.member FROM {alias}"));
+                }
             }
         }
         if !free.is_empty() {
             let members = st.members(free);
-            kept.push(format!("SELECT unnest({members}) AS member"));
+            if text {
+                kept.push(format!("SELECT unnest({members}) AS member"));
+            }
         }
-        parts.push(format!("ok AS ({})", kept.join(" UNION ALL ")));
+        if text {
+            parts.push(format!("ok AS ({})", kept.join(" UNION ALL ")));
+        }
         for (n, rows) in writes.into_iter().enumerate() {
-            let alias = format!("w{n}");
-            let filter = format!("{alias}.member IN (SELECT member FROM ok)");
+            let alias = name("w", n);
+            let filter = if text {
+                format!("{alias}.member IN (SELECT member FROM ok)")
+            } else {
+                String::new()
+            };
             let sql = if rows.template().starts_with("INSERT ") {
                 st.insert(rows, &alias, Some(&filter), false)?
             } else {
                 st.update(rows, &alias, Some(&filter))?
             };
-            parts.push(format!("{alias} AS ({sql})"));
+            if text {
+                parts.push(format!("{alias} AS ({sql})"));
+            }
+        }
+        if !text {
+            return Ok(String::new());
         }
         Ok(format!("WITH {} SELECT member FROM ok", parts.join(", ")))
     })?;

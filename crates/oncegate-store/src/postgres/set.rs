@@ -71,8 +71,14 @@ impl Column {
 /// copies none of their values.
 #[derive(Debug)]
 pub(super) struct Table<'a> {
-    rows: Vec<Vec<Value<'a>>>,
-    members: Vec<Option<i64>>,
+    rows: Vec<Row<'a>>,
+}
+
+/// One member's row: the parameters of one run of the template.
+#[derive(Debug)]
+struct Row<'a> {
+    member: i64,
+    values: Vec<Value<'a>>,
 }
 
 /// One array parameter of a set statement, bound as one array.
@@ -105,10 +111,16 @@ impl Array<'_> {
     #[cfg(test)]
     fn values(&self) -> Vec<Value<'_>> {
         match self {
-            Array::Column { table, index, .. } => {
-                table.rows.iter().map(|r| r[*index].clone()).collect()
-            }
-            Array::Members(table) => table.members.iter().map(|m| Value::Int(*m)).collect(),
+            Array::Column { table, index, .. } => table
+                .rows
+                .iter()
+                .map(|r| r.values[*index].clone())
+                .collect(),
+            Array::Members(table) => table
+                .rows
+                .iter()
+                .map(|r| Value::Int(Some(r.member)))
+                .collect(),
             Array::Int(v) => v.iter().map(|m| Value::Int(*m)).collect(),
         }
     }
@@ -137,7 +149,7 @@ impl ToSql for Array<'_> {
                     )
                     .into());
                 }
-                let values = table.rows.iter().map(|r| &r[*index]);
+                let values = table.rows.iter().map(|r| &r.values[*index]);
                 array(element, table.rows.len(), values, out, |v, w| {
                     Ok(match v {
                         Value::Text(None) | Value::Int(None) | Value::Bytes(None) => Null::Yes,
@@ -160,8 +172,11 @@ impl ToSql for Array<'_> {
                     })
                 })?;
             }
-            Array::Members(table) => ints(element, &table.members, out)?,
-            Array::Int(v) => ints(element, v, out)?,
+            Array::Members(table) => {
+                let members = table.rows.iter().map(|r| Some(r.member));
+                ints(element, table.rows.len(), members, out)?
+            }
+            Array::Int(v) => ints(element, v.len(), v.iter().copied(), out)?,
         }
         Ok(IsNull::No)
     }
@@ -191,16 +206,17 @@ fn array<T>(
 
 fn ints(
     element: &Type,
-    values: &[Option<i64>],
+    len: usize,
+    values: impl IntoIterator<Item = Option<i64>>,
     out: &mut BytesMut,
 ) -> std::result::Result<(), Box<dyn Error + Sync + Send>> {
     if *element != Type::INT8 {
         return Err(format!("a set statement's list of int8 was bound as {element}[]").into());
     }
-    array(element, values.len(), values, out, |v, w| {
+    array(element, len, values, out, |v, w| {
         Ok(match v {
             Some(i) => {
-                wire::int8_to_sql(*i, w);
+                wire::int8_to_sql(i, w);
                 Null::No
             }
             None => Null::Yes,
@@ -230,7 +246,6 @@ impl<'a> Rows<'a> {
             template,
             table: Arc::new(Table {
                 rows: Vec::with_capacity(members),
-                members: Vec::with_capacity(members),
             }),
         }
     }
@@ -240,12 +255,12 @@ impl<'a> Rows<'a> {
     }
 
     /// The type of each column, as the first row's values have them.
-    fn columns(&self) -> Vec<Column> {
+    fn columns(&self) -> impl Iterator<Item = Column> + '_ {
         self.table
             .rows
             .first()
-            .map(|r| r.iter().map(Column::of).collect())
-            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|r| r.values.iter().map(Column::of))
     }
 
     /// Adds member `member`'s row: the parameters of one run of the template, each of the type
@@ -253,7 +268,7 @@ impl<'a> Rows<'a> {
     pub fn push(&mut self, member: usize, mut params: Vec<Value<'a>>) -> Result<()> {
         let table = Arc::get_mut(&mut self.table)
             .ok_or_else(|| StoreError::corrupt("a set statement's rows grew once bound"))?;
-        if let Some(first) = table.rows.first() {
+        if let Some(first) = table.rows.first().map(|r| &r.values) {
             if params.len() != first.len() {
                 return Err(StoreError::corrupt(format!(
                     "a set statement's rows have {} and {} parameters",
@@ -277,8 +292,10 @@ impl<'a> Rows<'a> {
                 spell(s);
             }
         }
-        table.rows.push(params);
-        table.members.push(Some(member as i64));
+        table.rows.push(Row {
+            member: member as i64,
+            values: params,
+        });
         Ok(())
     }
 }
@@ -363,38 +380,48 @@ fn rows_of(columns: &[(usize, &str, String)], alias: &str) -> String {
 }
 
 impl<'a> Statement<'a> {
-    /// A statement whose text the caller already has: its parts bind their parameters, in the
-    /// same order, and write no text.
-    pub fn bind_only() -> Statement<'a> {
+    /// A statement whose text the caller already has: its parts bind their parameters (`params`
+    /// of them, as many as the text has placeholders), in the same order, and write no text.
+    pub fn bind_only(params: usize) -> Statement<'a> {
         Statement {
-            params: Vec::new(),
+            params: Vec::with_capacity(params),
             write_text: false,
         }
     }
 
-    /// Binds `rows`' columns and members as parameters, under the alias `alias`.
-    fn bind(&mut self, rows: Rows<'a>, alias: &str) -> (Source, Vec<&'static str>) {
-        let columns = rows.columns();
-        let types: Vec<&'static str> = columns.iter().map(|c| c.sql_type()).collect();
-        let mut placeholders = Vec::with_capacity(columns.len());
-        for (index, column) in columns.into_iter().enumerate() {
+    /// True when the parts write the statement's text; false when they only bind parameters.
+    pub fn writes_text(&self) -> bool {
+        self.write_text
+    }
+
+    /// Binds `rows`' columns and members as parameters; when the text is written, returns
+    /// where they were bound, under the alias `alias`, and each column's array type.
+    fn bind(&mut self, rows: Rows<'a>, alias: &str) -> Option<(Source, Vec<&'static str>)> {
+        let first = self.params.len() + 1;
+        for (index, column) in rows.columns().enumerate() {
             self.params.push(Array::Column {
                 table: rows.table.clone(),
                 index,
                 column,
             });
-            placeholders.push(self.params.len());
         }
+        let types: Vec<&'static str> = if self.write_text {
+            rows.columns().map(Column::sql_type).collect()
+        } else {
+            Vec::new()
+        };
         self.params.push(Array::Members(rows.table));
         let member = self.params.len();
-        (
-            Source {
-                alias: alias.to_owned(),
-                placeholders,
-                member,
-            },
-            types,
-        )
+        self.write_text.then(|| {
+            (
+                Source {
+                    alias: alias.to_owned(),
+                    placeholders: (first..member).collect(),
+                    member,
+                },
+                types,
+            )
+        })
     }
 
     /// `rows` as one `INSERT … SELECT … FROM unnest(…)`, keeping only the rows of members
@@ -413,10 +440,9 @@ impl<'a> Statement<'a> {
     ) -> Result<String> {
         let template = rows.template;
         let shape = insert_shape(template)?;
-        let (source, types) = self.bind(rows, alias);
-        if !self.write_text {
+        let Some((source, types)) = self.bind(rows, alias) else {
             return Ok(String::new());
-        }
+        };
         let values = source.columns_of(shape.values)?;
         let tail = if shape.tail.contains('$') {
             // `excluded` is the row that conflicted; its first column finds its own values.
@@ -468,10 +494,9 @@ impl<'a> Statement<'a> {
             .strip_prefix("UPDATE ")
             .and_then(|rest| rest.split_once(" WHERE "))
             .ok_or_else(|| not_a_template(template))?;
-        let (source, types) = self.bind(rows, alias);
-        if !self.write_text {
+        let Some((source, types)) = self.bind(rows, alias) else {
             return Ok(String::new());
-        }
+        };
         let mut sql = format!(
             "UPDATE {} FROM {} WHERE ({})",
             source.columns_of(update)?,
@@ -489,10 +514,9 @@ impl<'a> Statement<'a> {
     /// (template) q`, the template's rows for each member, each led by its member.
     pub fn select(&mut self, rows: Rows<'a>, alias: &str) -> Result<String> {
         let template = rows.template;
-        let (source, types) = self.bind(rows, alias);
-        if !self.write_text {
+        let Some((source, types)) = self.bind(rows, alias) else {
             return Ok(String::new());
-        }
+        };
         Ok(format!(
             "SELECT {alias}.member, q.* FROM {} CROSS JOIN LATERAL ({}) q",
             source.unnest_clause(&types),
@@ -513,9 +537,9 @@ impl<'a> Statement<'a> {
     /// Binds the first column of `rows` beside its members, for matching a statement's returned
     /// keys to the members that wrote them: `unnest($k::T[], $m::int8[]) AS alias(key, member)`.
     pub fn keys(&mut self, rows: &Rows<'a>, alias: &str) -> Result<String> {
-        let column = *rows
+        let column = rows
             .columns()
-            .first()
+            .next()
             .ok_or_else(|| not_a_template(rows.template))?;
         let ty = column.sql_type();
         self.params.push(Array::Column {
@@ -712,7 +736,7 @@ mod tests {
             rows.push(1, vec![text("e2"), text("b")]).unwrap();
             rows
         };
-        let (mut full, mut bound) = (Statement::default(), Statement::bind_only());
+        let (mut full, mut bound) = (Statement::default(), Statement::bind_only(3));
         let members = full.members(vec![0, 1]);
         let sql = full.update(rows(), "c", Some(&format!("c.member = ANY({members})")));
         assert!(sql
