@@ -462,6 +462,9 @@ type Sent<'a> = (Arc<str>, Vec<Array<'a>>, bool);
 #[derive(Default, Clone, PartialEq, Eq, Hash)]
 struct Shape(Vec<(u8, usize, usize)>);
 
+/// A shape's statement text, and how many parameters it binds.
+type Text = (Arc<str>, usize);
+
 /// The most shapes kept (a handful occur; past this, texts are built each time).
 const SHAPES: usize = 256;
 
@@ -479,7 +482,7 @@ impl Shape {
         self,
         build: impl FnOnce(&mut set::Statement<'a>) -> Result<String>,
     ) -> Result<(Arc<str>, Vec<Array<'a>>)> {
-        static TEXTS: std::sync::OnceLock<std::sync::Mutex<HashMap<Shape, (Arc<str>, usize)>>> =
+        static TEXTS: std::sync::OnceLock<std::sync::Mutex<HashMap<Shape, Text>>> =
             std::sync::OnceLock::new();
         let texts = TEXTS.get_or_init(Default::default);
         let known = texts
