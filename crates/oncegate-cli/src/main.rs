@@ -3,7 +3,9 @@
 // First, so its `out!`/`outln!`/`errln!` macros are in scope in every module after it.
 /// mimalloc instead of the system allocator: a decision allocates and frees many small,
 /// short-lived buffers across the runtime's threads (HTTP, JSON, keys, the store's rows), and
-/// glibc's malloc and free took a quarter of `oncegate serve`'s CPU under load (`perf`).
+/// glibc's malloc and free took a quarter of `oncegate serve`'s CPU under load (`perf`). The
+/// `system-allocator` feature keeps the system's, for heap profilers.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
