@@ -69,6 +69,7 @@ use crate::schema;
 use crate::store::{AnyTx, Work};
 use crate::Matrix;
 
+mod array;
 mod batch;
 mod executor;
 mod pipeline;

@@ -35,10 +35,11 @@ use oncegate_core::ids::{DeliveryId, EffectId};
 use time::OffsetDateTime;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
+use super::array::{Array, Rows};
 use super::executor::Executor;
 use super::pipeline::{Answer, Step};
 use super::retry::{retry_pause, MAX_TX_ATTEMPTS};
-use super::set::{self, Array, Rows};
+use super::set;
 use super::sqlstate::{lost_race, pool_err};
 use crate::decision::writes::{self, Prepared};
 use crate::decision::{view, DecideOutcome, DecideRequest, PriorView};
