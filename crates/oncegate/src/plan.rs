@@ -247,7 +247,8 @@ pub(crate) fn journal_entry(
     transport_key: Option<TransportKey>,
     provider: Option<&Provider>,
 ) -> NewReception {
-    let mut kept: BTreeMap<String, String> = BTreeMap::new();
+    // Borrowed: the names are the program's or the contract's, the values the reception's.
+    let mut kept: BTreeMap<&str, &str> = BTreeMap::new();
     let event_type_header = provider.and_then(|p| match &p.event_type {
         EventTypeSource::Header(h) => Some(h.to_ascii_lowercase()),
         EventTypeSource::Pointer(_) => None,
@@ -280,7 +281,9 @@ pub(crate) fn journal_entry(
     }
     for name in names {
         if let Some(v) = r.header_value(name) {
-            kept.insert(name.to_owned(), v.chars().take(256).collect());
+            // At most 256 characters of a value are kept.
+            let end = v.char_indices().nth(256).map_or(v.len(), |(at, _)| at);
+            kept.insert(name, &v[..end]);
         }
     }
     NewReception {
@@ -295,5 +298,31 @@ pub(crate) fn journal_entry(
         payload: r.body.cut_by().is_none().then(|| r.body.bytes().to_vec()),
         transport_key,
         correlation_id: r.correlation_id.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The journal keeps only the headers that explain a delivery, each to 256 characters, as a
+    /// JSON object sorted by name; a credential is never among them.
+    #[test]
+    fn the_journal_keeps_the_explaining_headers_cut_to_256_characters() {
+        let long: String = "é".repeat(300);
+        let r = Reception::new("acme", "payflow", "live", b"{}".to_vec())
+            .header("User-Agent", long.clone())
+            .header("content-type", "application/json")
+            .header("authorization", "Bearer secret-token");
+        let entry = journal_entry(&r, time::OffsetDateTime::UNIX_EPOCH, None, None, None);
+        let kept: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&entry.headers_json).unwrap();
+        let names: Vec<&str> = kept.keys().map(String::as_str).collect();
+        assert_eq!(names, ["content-type", "user-agent"]);
+        let agent = kept["user-agent"].as_str().unwrap();
+        assert_eq!(agent.chars().count(), 256);
+        assert!(long.starts_with(agent));
+        assert_eq!(kept["content-type"], "application/json");
+        assert!(!entry.headers_json.contains("secret-token"));
     }
 }
