@@ -12,6 +12,7 @@ use postgres_protocol::types::{self as wire, ArrayDimension};
 use postgres_protocol::IsNull as Null;
 use tokio_postgres::types::{to_sql_checked, IsNull, Kind, ToSql, Type};
 
+use super::executor::as_sql;
 use crate::error::StoreError;
 use crate::sql::Value;
 
@@ -45,16 +46,6 @@ impl Column {
             Column::Bytes => "bytea[]",
         }
     }
-
-    /// The element type PostgreSQL binds for it.
-    fn element(self) -> Type {
-        match self {
-            Column::Text => Type::TEXT,
-            Column::Int => Type::INT8,
-            Column::Bool => Type::BOOL,
-            Column::Bytes => Type::BYTEA,
-        }
-    }
 }
 
 /// The rows of one template, each the parameters of one run of it, with the member each
@@ -81,11 +72,7 @@ pub(super) struct Row<'a> {
 #[derive(Debug, Clone)]
 pub(super) enum Array<'a> {
     /// Column `index` of a template's rows: the values of its `$index+1` placeholder.
-    Column {
-        table: Arc<Table<'a>>,
-        index: usize,
-        column: Column,
-    },
+    Column { table: Arc<Table<'a>>, index: usize },
     /// The members of a template's rows, one per row.
     Members(Arc<Table<'a>>),
     /// A list of integers made for the statement.
@@ -128,38 +115,13 @@ impl ToSql for Array<'_> {
             _ => return Err(format!("a set statement's array was bound as {ty}").into()),
         };
         match self {
-            Array::Column {
-                table,
-                index,
-                column,
-            } => {
-                if *element != column.element() {
-                    return Err(format!(
-                        "a set statement's column of {} was bound as {ty}",
-                        column.sql_type()
-                    )
-                    .into());
-                }
+            Array::Column { table, index } => {
+                // Each value as a lone statement binds it (`executor::as_sql`), type-checked.
                 let values = table.rows.iter().map(|r| &r.values[*index]);
                 array(element, table.rows.len(), values, out, |v, w| {
-                    Ok(match v {
-                        Value::Text(None) | Value::Int(None) | Value::Bytes(None) => Null::Yes,
-                        Value::Text(Some(s)) => {
-                            wire::text_to_sql(s, w);
-                            Null::No
-                        }
-                        Value::Int(Some(i)) => {
-                            wire::int8_to_sql(*i, w);
-                            Null::No
-                        }
-                        Value::Bool(b) => {
-                            wire::bool_to_sql(*b, w);
-                            Null::No
-                        }
-                        Value::Bytes(Some(b)) => {
-                            wire::bytea_to_sql(b, w);
-                            Null::No
-                        }
+                    Ok(match as_sql(v).to_sql_checked(element, w)? {
+                        IsNull::Yes => Null::Yes,
+                        IsNull::No => Null::No,
                     })
                 })?;
             }

@@ -9,8 +9,9 @@
 //! The templates are the single-row statements the operations already write (`$n` placeholders,
 //! `INSERT … VALUES (…)` or `UPDATE … SET … WHERE …`), so each row is written by exactly the SQL
 //! a lone call runs; this module only rewrites its placeholders: `$n` becomes the `n`th column
-//! of the row's `unnest` alias, whose array reads the rows' values in place (`array`). Hand-written, because no driver or query builder turns a
-//! prepared statement's parameters into columns of arrays.
+//! of the row's `unnest` alias, whose array reads the rows' values in place (`array`).
+//! Hand-written, because no driver or query builder turns a prepared statement's parameters into
+//! columns of arrays.
 
 use super::array::{Array, Column, Rows};
 use crate::error::StoreError;
@@ -115,11 +116,10 @@ impl<'a> Statement<'a> {
     /// where they were bound, under the alias `alias`, and each column's array type.
     fn bind(&mut self, rows: Rows<'a>, alias: &str) -> Option<(Source, Vec<&'static str>)> {
         let first = self.params.len() + 1;
-        for (index, column) in rows.columns().enumerate() {
+        for index in 0..rows.columns().count() {
             self.params.push(Array::Column {
                 table: rows.table.clone(),
                 index,
-                column,
             });
         }
         let types: Vec<&'static str> = if self.write_text {
@@ -262,7 +262,6 @@ impl<'a> Statement<'a> {
         self.params.push(Array::Column {
             table: rows.table.clone(),
             index: 0,
-            column,
         });
         let key = self.params.len();
         self.params.push(Array::Members(rows.table.clone()));
