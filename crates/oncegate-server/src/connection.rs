@@ -16,10 +16,15 @@
 //!
 //! A connection past its deadline in `Head` or `Idle` has no request in flight, so it is simply
 //! dropped (the socket closes); a `Busy` one is never cut here.
+//!
+//! A phase change wakes nobody: it is written into the connection's `PhaseCell`, and the
+//! watchdog reads it when its timer fires (see `watchdog`). A request makes three changes; a
+//! channel that woke the watchdog at each made the connection's task run three more times per
+//! request, polling hyper's connection again each time.
 
 use std::convert::Infallible;
 use std::pin::{pin, Pin};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -45,6 +50,32 @@ enum Phase {
     Head(Instant),
     Busy,
     Idle(Instant),
+}
+
+/// A connection's current phase, written by the socket, the service and the answers, read by
+/// the watchdog.
+struct PhaseCell(Mutex<Phase>);
+
+impl PhaseCell {
+    fn new(phase: Phase) -> PhaseCell {
+        PhaseCell(Mutex::new(phase))
+    }
+
+    fn get(&self) -> Phase {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set(&self, phase: Phase) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = phase;
+    }
+
+    /// An idle connection's next request has begun: its head is now on the clock.
+    fn head_begun(&self) {
+        let mut phase = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Phase::Idle(_) = *phase {
+            *phase = Phase::Head(Instant::now());
+        }
+    }
 }
 
 /// Accepts connections until `shutdown` resolves, then waits for the open ones to finish
@@ -103,7 +134,7 @@ async fn accept_failed(e: std::io::Error) {
 }
 
 async fn connection(stream: TcpStream, app: Router, deadlines: Deadlines, stop: watch::Sender<()>) {
-    let phase = Arc::new(watch::Sender::new(Phase::Head(Instant::now())));
+    let phase = Arc::new(PhaseCell::new(Phase::Head(Instant::now())));
     let io = TokioIo::new(Watched {
         inner: stream,
         phase: phase.clone(),
@@ -111,7 +142,7 @@ async fn connection(stream: TcpStream, app: Router, deadlines: Deadlines, stop: 
     let service = {
         let phase = phase.clone();
         hyper::service::service_fn(move |request: Request<Incoming>| {
-            phase.send_replace(Phase::Busy);
+            phase.set(Phase::Busy);
             let mut app = app.clone();
             let phase = phase.clone();
             async move {
@@ -128,7 +159,7 @@ async fn connection(stream: TcpStream, app: Router, deadlines: Deadlines, stop: 
         .header_read_timeout(None)
         .serve_connection(io, service);
     let mut conn = pin!(conn);
-    let mut watchdog = pin!(watchdog(phase.subscribe(), deadlines));
+    let mut watchdog = pin!(watchdog(&phase, deadlines));
     let mut stopping = pin!(stop.closed());
     let mut stopped = false;
     loop {
@@ -153,34 +184,27 @@ async fn connection(stream: TcpStream, app: Router, deadlines: Deadlines, stop: 
 
 /// Resolves when the connection passed the deadline of its phase, with the deadline's name.
 ///
-/// One timer serves the connection's life, moved at each phase: a deadline moved later (the
-/// next idle wait's, after an answer) is a change in place, and only one moved earlier (a
-/// next head's) goes back to the runtime's timer wheel, where a timer made for each phase
-/// went there twice a phase (made, then dropped).
-async fn watchdog(mut phase: watch::Receiver<Phase>, deadlines: Deadlines) -> &'static str {
-    let mut timer = pin!(tokio::time::sleep(deadlines.header));
+/// Nothing wakes the watchdog but its one timer. It never sleeps longer than `step`, the
+/// shorter of the two deadlines, past its last look, so a phase begun meanwhile is seen before
+/// its own deadline (every deadline is at least `step` after its phase began); the timer is
+/// then moved to that deadline. On a busy connection, and between requests sent back to back,
+/// the timer fires once per `step` at most, whatever the number of requests.
+async fn watchdog(phase: &PhaseCell, deadlines: Deadlines) -> &'static str {
+    let step = deadlines.header.min(deadlines.idle);
+    let mut timer = pin!(tokio::time::sleep(step));
     loop {
-        let now = *phase.borrow_and_update();
-        let (until, name) = match now {
-            Phase::Head(since) => (since + deadlines.header, "header"),
-            Phase::Idle(since) => (since + deadlines.idle, "idle"),
-            Phase::Busy => {
-                // The timer may fire meanwhile: it is not listened to until the next phase
-                // sets it again.
-                if phase.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-                continue;
-            }
+        timer.as_mut().await;
+        let now = Instant::now();
+        let deadline = match phase.get() {
+            Phase::Head(since) => Some((since + deadlines.header, "header")),
+            Phase::Idle(since) => Some((since + deadlines.idle, "idle")),
+            // A busy connection is bounded by the request timeout instead (`app`).
+            Phase::Busy => None,
         };
-        timer.as_mut().reset(until);
-        tokio::select! {
-            () = timer.as_mut() => return name,
-            changed = phase.changed() => {
-                if changed.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            }
+        match deadline {
+            Some((until, name)) if until <= now => return name,
+            Some((until, _)) => timer.as_mut().reset(until.min(now + step)),
+            None => timer.as_mut().reset(now + step),
         }
     }
 }
@@ -188,7 +212,7 @@ async fn watchdog(mut phase: watch::Receiver<Phase>, deadlines: Deadlines) -> &'
 /// The socket, noticing the first byte of a next request on an idle connection.
 struct Watched {
     inner: TcpStream,
-    phase: Arc<watch::Sender<Phase>>,
+    phase: Arc<PhaseCell>,
 }
 
 impl AsyncRead for Watched {
@@ -200,13 +224,7 @@ impl AsyncRead for Watched {
         let before = buf.filled().len();
         let result = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(result, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.phase.send_if_modified(|p| match p {
-                Phase::Idle(_) => {
-                    *p = Phase::Head(Instant::now());
-                    true
-                }
-                _ => false,
-            });
+            self.phase.head_begun();
         }
         result
     }
@@ -245,12 +263,12 @@ impl AsyncWrite for Watched {
 /// An answer's body; hyper drops it once it is sent, which makes the connection idle.
 struct Answer {
     body: Body,
-    phase: Arc<watch::Sender<Phase>>,
+    phase: Arc<PhaseCell>,
 }
 
 impl Drop for Answer {
     fn drop(&mut self) {
-        self.phase.send_replace(Phase::Idle(Instant::now()));
+        self.phase.set(Phase::Idle(Instant::now()));
     }
 }
 

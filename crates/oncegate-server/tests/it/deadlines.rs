@@ -131,6 +131,32 @@ async fn kept_alive_requests_are_answered_and_an_idle_connection_is_closed() {
     s.stop().await;
 }
 
+/// A next request's head is on the head's clock from its first byte, however long the idle
+/// deadline it interrupts: after an answer, on a connection allowed to idle for a minute, a
+/// trickled second head is still cut at the 300 ms head deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_next_head_trickled_on_a_kept_alive_connection_is_cut_at_the_header_deadline() {
+    let s = start(Kind::Sqlite, Duration::from_secs(60)).await;
+    let mut stream = connect(&s).await;
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: oncegate\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_answer(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+    let (mut read, write) = stream.into_split();
+    let head = "GET /healthz HTTP/1.1\r\nhost: oncegate\r\nx-padding: aaaaaaaaaa\r\n\r\n";
+    let started = Instant::now();
+    trickle(write, head.as_bytes().to_vec());
+    let got = read_until_closed(&mut read).await;
+    assert!(
+        !got.contains("200 OK"),
+        "the trickled request was served: {got:?}"
+    );
+    assert!(started.elapsed() < BOUND);
+    s.stop().await;
+}
+
 /// The idle wait has its own deadline, longer than the head's: a kept-alive connection quiet
 /// for longer than the head's deadline (but not the idle one's) still serves its next request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
