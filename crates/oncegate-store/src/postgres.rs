@@ -54,7 +54,9 @@ use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::Duration as StdDuration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{ManagerConfig, RecyclingMethod, Runtime};
+
+use self::connection::{Manager, Pool};
 use oncegate_core::ids::{DeliveryId, EffectId};
 use time::OffsetDateTime;
 use tokio::sync::oneshot;
@@ -71,6 +73,7 @@ use crate::Matrix;
 
 mod array;
 mod batch;
+mod connection;
 mod executor;
 mod pipeline;
 mod retry;
@@ -78,6 +81,7 @@ mod set;
 mod sqlstate;
 
 use batch::{Batcher, Completing, Deciding, Item};
+pub(crate) use connection::Transaction;
 pub(crate) use executor::Executor;
 use retry::retry;
 use sqlstate::{pg_err, pool_err};
@@ -166,13 +170,15 @@ impl PgStore {
             let options = config.get_options().unwrap_or_default().to_owned();
             config.options(format!("{options} -c default_transaction_read_only=on").trim());
         }
-        let manager = Manager::from_config(
+        // `Fast` keeps each connection's prepared statements, which its cache relies on
+        // (see `connection`).
+        let manager = Manager(deadpool_postgres::Manager::from_config(
             config.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
-        );
+        ));
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
             .runtime(Runtime::Tokio1)
@@ -315,7 +321,7 @@ async fn migrate(pool: &Pool) -> Result<()> {
     }
 }
 
-async fn migrate_with(client: &mut deadpool_postgres::Object) -> Result<()> {
+async fn migrate_with(client: &mut connection::Client) -> Result<()> {
     // An up-to-date schema needs no DDL at all, so the instances can run as a role that may
     // only read and write the tables (the migrations run once, as their owner).
     let current = client
@@ -445,7 +451,7 @@ impl PgStore {
             Ok(answer) => answer.map(|_| ()).map_err(pg_err),
             Err(_) => {
                 // Never back to the pool: its answer may still arrive, or its transaction stay open.
-                drop(deadpool_postgres::Object::take(client));
+                drop(connection::Client::take(client));
                 Err(late())
             }
         }

@@ -30,7 +30,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use deadpool_postgres::Pool;
+use super::connection::{Client, Pool};
 use oncegate_core::ids::{DeliveryId, EffectId};
 use time::OffsetDateTime;
 use tokio::sync::{mpsc, oneshot, Mutex};
@@ -364,14 +364,14 @@ async fn run(pool: &Pool, items: Vec<Item>, begin: &str) -> Vec<Item> {
         Err(_) => {
             // The members still in the batch were dropped with it: their callers hear that
             // the database did not answer (see `stopped`).
-            drop(deadpool_postgres::Object::take(client));
+            drop(Client::take(client));
             Vec::new()
         }
     }
 }
 
 /// Runs one batch on its connection.
-async fn on(client: &deadpool_postgres::Client, items: Vec<Item>, begin: &str) -> Vec<Item> {
+async fn on(client: &Client, items: Vec<Item>, begin: &str) -> Vec<Item> {
     if items.len() == 1 {
         return alone(client, items, begin).await;
     }
@@ -400,7 +400,7 @@ async fn on(client: &deadpool_postgres::Client, items: Vec<Item>, begin: &str) -
 }
 
 /// One member alone, retried after lost serialization races.
-async fn alone(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin: &str) -> Vec<Item> {
+async fn alone(client: &Client, mut items: Vec<Item>, begin: &str) -> Vec<Item> {
     loop {
         match once(client, items, begin).await {
             Ok(carry) => return carry,
@@ -509,7 +509,7 @@ impl Shape {
 /// Runs `sent` in one round trip on `client` (`pipeline::pipelined`), with their arrays as
 /// parameters.
 async fn pipelined(
-    client: &deadpool_postgres::Client,
+    client: &Client,
     sent: &[Sent<'_>],
     begin: Option<&str>,
     commit: bool,
@@ -531,7 +531,7 @@ type Attempt = std::result::Result<Vec<Item>, (Failure, Vec<Item>)>;
 /// `part` failed); in a batch of several the statement cannot say whose row it was, so the
 /// batch is handed back whole, for its members to run again one by one.
 async fn refused(
-    client: &deadpool_postgres::Client,
+    client: &Client,
     items: Vec<Item>,
     part: impl FnOnce(&Item) -> Part,
     e: StoreError,
@@ -563,7 +563,7 @@ fn first_part(item: &Item) -> Part {
 /// Each round trip is a few set statements whatever the batch's size (see `set`): the journal
 /// entries and the views in one, the completes in one, then every decision's writes chained on
 /// their conditional writes in one.
-async fn once(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin: &str) -> Attempt {
+async fn once(client: &Client, mut items: Vec<Item>, begin: &str) -> Attempt {
     // Two completes of one effect in one statement would update its row twice: the later one
     // waits for the next batch.
     let mut later = Vec::new();
@@ -659,7 +659,7 @@ fn first_round(items: &[Item]) -> Result<Vec<(Sent<'_>, Vec<usize>, Part)>> {
 }
 
 /// Round trip 2: every decision's writes in one statement (`chained_set`), then COMMIT.
-async fn written(client: &deadpool_postgres::Client, mut items: Vec<Item>, begin: &str) -> Attempt {
+async fn written(client: &Client, mut items: Vec<Item>, begin: &str) -> Attempt {
     let first = match first_round(&items) {
         Ok(f) => f,
         Err(e) => return refused(client, items, first_part, e).await,
@@ -1006,7 +1006,7 @@ fn member_failed(mut items: Vec<Item>, i: usize, part: Part, e: StoreError) -> V
     items
 }
 
-async fn rollback(client: &deadpool_postgres::Client) {
+async fn rollback(client: &Client) {
     let _ = client.batch_execute("ROLLBACK").await;
 }
 

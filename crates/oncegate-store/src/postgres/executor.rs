@@ -2,9 +2,9 @@
 //! connection or a transaction alike: typed parameters (texts spelled by `nul`), rows read into
 //! cells, independent statements pipelined, and a decision's writes chained into one statement.
 
-use deadpool_postgres::GenericClient;
 use tokio_postgres::types::{ToSql, Type};
 
+use super::connection::{Client, Statements, Transaction};
 use super::pipeline::{pipelined, Step};
 use super::set::{insert_shape, substitute};
 use super::sqlstate::pg_err;
@@ -16,18 +16,53 @@ type Result<T> = std::result::Result<T, StoreError>;
 /// Where the executor's statements run: a pooled connection on its own, where each statement
 /// is atomic by itself (the hot path, which pays no BEGIN or COMMIT), or a transaction the
 /// store opened on one (every other call).
-pub(crate) trait Session: GenericClient {
+pub(crate) trait Session: Sync {
     /// True inside a transaction the store opened and ends; false on a bare connection, where
     /// `exec_all` brackets its statements in a transaction of its own.
     const IN_TRANSACTION: bool;
+
+    /// The connection the statements run on (inside the transaction, if there is one).
+    fn client(&self) -> &tokio_postgres::Client;
+
+    /// The statements prepared on that connection.
+    fn statements(&self) -> &Statements;
 }
 
-impl Session for deadpool_postgres::Client {
+/// The statement, prepared once per connection. (A free function, not a method of `Session`
+/// with a body: the future of such a method is not known to be `Send` where it is awaited.)
+pub(super) async fn prepare<S: Session>(
+    session: &S,
+    sql: &str,
+) -> Result<tokio_postgres::Statement> {
+    session
+        .statements()
+        .prepare(session.client(), sql)
+        .await
+        .map_err(pg_err)
+}
+
+impl Session for Client {
     const IN_TRANSACTION: bool = false;
+
+    fn client(&self) -> &tokio_postgres::Client {
+        self
+    }
+
+    fn statements(&self) -> &Statements {
+        (**self).statements()
+    }
 }
 
-impl Session for deadpool_postgres::Transaction<'_> {
+impl Session for Transaction<'_> {
     const IN_TRANSACTION: bool = true;
+
+    fn client(&self) -> &tokio_postgres::Client {
+        tokio_postgres::Transaction::client(self)
+    }
+
+    fn statements(&self) -> &Statements {
+        Transaction::statements(self)
+    }
 }
 
 /// The executor the shared operations run on, over a connection or a transaction alike.
@@ -44,11 +79,6 @@ pub(crate) struct Executor<'c, C> {
 impl<'c, C: Session> Executor<'c, C> {
     pub(super) fn new(client: &'c C) -> Self {
         Executor { client }
-    }
-
-    /// The statement, prepared once per connection.
-    async fn prepare(&self, sql: &str) -> Result<tokio_postgres::Statement> {
-        self.client.prepare_cached(sql).await.map_err(pg_err)
     }
 }
 
@@ -113,17 +143,26 @@ impl<C: Session> Tx for Executor<'_, C> {
     }
 
     async fn exec(&mut self, sql: &str, params: &[Value<'_>]) -> Result<u64> {
-        let stmt = self.prepare(sql).await?;
+        let stmt = prepare(self.client, sql).await?;
         let params = crate::nul::params(params);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
-        self.client.execute(&stmt, &refs).await.map_err(pg_err)
+        self.client
+            .client()
+            .execute(&stmt, &refs)
+            .await
+            .map_err(pg_err)
     }
 
     async fn query(&mut self, sql: &str, params: &[Value<'_>]) -> Result<Vec<Row>> {
-        let stmt = self.prepare(sql).await?;
+        let stmt = prepare(self.client, sql).await?;
         let params = crate::nul::params(params);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(as_sql).collect();
-        let rows = self.client.query(&stmt, &refs).await.map_err(pg_err)?;
+        let rows = self
+            .client
+            .client()
+            .query(&stmt, &refs)
+            .await
+            .map_err(pg_err)?;
         rows.iter().map(cells).collect()
     }
 

@@ -6,10 +6,9 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 
-use super::executor::cells;
+use super::executor::{cells, prepare, Session};
 use super::sqlstate::pg_err;
 use crate::error::StoreError;
 use crate::sql::Row;
@@ -55,16 +54,17 @@ type Pending<'a> = Pin<Box<dyn Future<Output = Result<Answer>> + Send + 'a>>;
 /// that order. A statement that failed aborted the transaction there, and a `COMMIT` after it
 /// rolled it back (answering no error): the caller reads the statements' own answers for the
 /// failure. An error of `begin` or of the `COMMIT` itself is the whole round trip's.
-pub(super) async fn pipelined<C: GenericClient>(
-    client: &C,
+pub(super) async fn pipelined<S: Session>(
+    session: &S,
     steps: &[Step<'_>],
     begin: Option<&str>,
     commit: bool,
 ) -> Result<Vec<Result<Answer>>> {
     let mut prepared = Vec::with_capacity(steps.len());
     for step in steps {
-        prepared.push(client.prepare_cached(step.sql).await.map_err(pg_err)?);
+        prepared.push(prepare(session, step.sql).await?);
     }
+    let client = session.client();
     let answers = futures_util::future::join_all(prepared.iter().zip(steps).map(
         |(stmt, step)| -> Pending<'_> {
             if step.rows {

@@ -13,7 +13,7 @@ type Result<T> = std::result::Result<T, StoreError>;
 /// reader or the writer's batch opened, or a PostgreSQL transaction of the call's own.
 pub(crate) enum AnyTx<'a> {
     Sqlite(SqliteTx<'a>),
-    Postgres(Executor<'a, deadpool_postgres::Transaction<'a>>),
+    Postgres(Executor<'a, crate::postgres::Transaction<'a>>),
 }
 
 impl Tx for AnyTx<'_> {
