@@ -60,14 +60,19 @@ impl Row {
             .ok_or_else(|| StoreError::corrupt(format!("a result row has no column {i}")))
     }
 
-    pub fn opt_text(&self, i: usize) -> Result<Option<String>, StoreError> {
+    /// The text in column `i`, borrowed; `None` for NULL.
+    pub fn opt_str(&self, i: usize) -> Result<Option<&str>, StoreError> {
         match self.cell(i)? {
             Cell::Null => Ok(None),
-            Cell::Text(s) => Ok(Some(s.clone())),
+            Cell::Text(s) => Ok(Some(s)),
             other => Err(StoreError::corrupt(format!(
                 "column {i} holds {other:?} where text was expected"
             ))),
         }
+    }
+
+    pub fn opt_text(&self, i: usize) -> Result<Option<String>, StoreError> {
+        Ok(self.opt_str(i)?.map(str::to_owned))
     }
 
     pub fn text(&self, i: usize) -> Result<String, StoreError> {

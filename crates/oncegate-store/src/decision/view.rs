@@ -47,6 +47,22 @@ pub(super) async fn scope<T: Tx + Send>(tx: &mut T, delivery: &DeliveryId) -> Re
 
 const EFFECT_VIEW_COLS: &str = "e.id, e.state, e.fencing_token, e.lease_until, e.first_delivery, e.discriminants, e.result, e.error";
 
+/// How many columns `EFFECT_VIEW_COLS` names (counted once, by the compiler).
+const EFFECT_VIEW_COL_COUNT: usize = {
+    let bytes = EFFECT_VIEW_COLS.as_bytes();
+    let (mut i, mut commas) = (0, 0);
+    while i < bytes.len() {
+        if bytes[i] == b',' {
+            commas += 1;
+        }
+        i += 1;
+    }
+    commas + 1
+};
+
+// `effect_row` reads the columns `EFFECT_VIEW_COLS` names, in order.
+const _: () = assert!(EFFECT_VIEW_COL_COUNT == 8);
+
 fn effect_row(row: &Row, at: usize) -> Result<EffectRow> {
     Ok(EffectRow {
         id: row.text(at)?,
@@ -196,13 +212,13 @@ pub(crate) fn read(scope: &Scope, req: &DecideRequest, rows: &[Row]) -> Result<P
             breaker_open: false,
         });
     };
-    let effect_cols = EFFECT_VIEW_COLS.split(',').count();
+    let effect_cols = EFFECT_VIEW_COL_COUNT;
     let indexed_at = 4;
     let latest_at = indexed_at + effect_cols;
     let aliased_at = latest_at + effect_cols;
     let breaker_at = aliased_at + effect_cols;
-    let breaker_open = row.opt_text(breaker_at)?.as_deref() == Some(BreakerState::Open.as_str());
-    let index_live = row.opt_text(2)?.is_some()
+    let breaker_open = row.opt_str(breaker_at)? == Some(BreakerState::Open.as_str());
+    let index_live = row.opt_str(2)?.is_some()
         && match row.opt_int(3)? {
             None => true,
             Some(expires) => expires > now,
@@ -210,16 +226,16 @@ pub(crate) fn read(scope: &Scope, req: &DecideRequest, rows: &[Row]) -> Result<P
     let mut effect = None;
     let mut index_without_effect = false;
     if index_live {
-        if row.opt_text(indexed_at)?.is_some() {
+        if row.opt_str(indexed_at)?.is_some() {
             effect = Some(plan::prior_effect(effect_row(row, indexed_at)?, true, now)?);
         } else {
             index_without_effect = true;
         }
-    } else if row.opt_text(latest_at)?.is_some() {
+    } else if row.opt_str(latest_at)?.is_some() {
         // Past the horizon the fast index no longer answers, but a record of the key may
         // remain (its proof and effect are kept longer): the matrix hears `Purged`.
         effect = Some(plan::prior_effect(effect_row(row, latest_at)?, false, now)?);
-    } else if row.opt_text(aliased_at)?.is_some() {
+    } else if row.opt_str(aliased_at)?.is_some() {
         // No effect holds this key, but `oncegate migrate` recorded it as another strategy
         // version's key for an existing effect (a cut-over): that effect is the prior, so a
         // retry of an event processed under the old version is never applied twice.
