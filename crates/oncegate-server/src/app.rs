@@ -99,10 +99,16 @@ pub(crate) fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state.clone());
+    // Without a read store no answer carries a read lag: the layer is left out rather than
+    // run for nothing on every request.
+    let lag = state
+        .gate
+        .reads_a_replica()
+        .then(|| middleware::from_fn_with_state(state.clone(), read_lag));
     let layered = tower::ServiceBuilder::new()
         .layer(tower_http::trace::TraceLayer::new_for_http())
-        .layer(middleware::from_fn_with_state(state.clone(), timeout))
-        .layer(middleware::from_fn_with_state(state, read_lag))
+        .layer(middleware::from_fn_with_state(state, timeout))
+        .option_layer(lag)
         .service(routes);
     Router::new().fallback_service(layered)
 }

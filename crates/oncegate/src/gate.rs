@@ -169,6 +169,22 @@ impl Gate {
         &self.0.reader
     }
 
+    /// True when the gate's reads come from a read store of their own (a streaming standby),
+    /// whose answers say how stale they may be (`read_lag`).
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let contract = oncegate_core::contract::parse("oncegate.toml", "").unwrap();
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let url = format!("sqlite://{}", dir.path().join("oncegate.db").display());
+    /// let gate = oncegate::Gate::open(contract, &url, b"salt".to_vec()).await.unwrap();
+    /// assert!(!gate.reads_a_replica());
+    /// # });
+    /// ```
+    pub fn reads_a_replica(&self) -> bool {
+        self.0.replica
+    }
+
     /// How far behind the store the gate's reads are: `None` when they are read from the
     /// store itself, else the read store's replay lag (zero when it has replayed everything it
     /// received). Answers read from a replica say it (`oncegate-read-lag-ms`).
