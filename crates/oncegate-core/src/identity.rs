@@ -323,16 +323,26 @@ pub fn normalized(t: &EventType, doc: &Value) -> (Value, Vec<String>) {
     (doc, notes)
 }
 
-/// The body after the type's declared normalizations (`normalized`), made only when a read
-/// needs it. A type that only declares volatile fields, each an object's member, reads the body
-/// as received: a place within a volatile field is absent, any other place holds what it held
-/// (removing a member moves nothing else). Only a read of a place that encloses a volatile
-/// field, or of the whole body (a fingerprint), makes the normalized copy. Identification runs
-/// for every delivery, and most keys read a few fields, never the whole body.
+/// The body after the type's declared normalizations (`normalized`), made whole only when a
+/// read needs it. Identification runs for every delivery, and most keys read a few fields,
+/// never the whole body, so a type whose declarations each touch one place of their own reads
+/// the body as received:
+/// - a volatile field that is an object's member is absent, and any other place holds what it
+///   held (removing a member moves nothing else);
+/// - a declared normalization's place holds its own value rewritten, made from that value
+///   alone (with the same notes, in the same order, as the whole copy's).
+///
+/// Only a read of a place that encloses one of those, or lies inside a rewritten one, or of the
+/// whole body (a fingerprint), makes the normalized copy; so does every read of a type whose
+/// declarations overlap (a volatile field inside a rewritten place, a rewritten place inside
+/// another), removes an array's element or sorts an unordered array.
 struct Normalized<'a> {
     received: &'a Value,
     /// The volatile members present in the body, when reading it as received is exact.
     removed: Option<Vec<&'a Pointer>>,
+    /// Each declared normalization's place present in the body, with its value rewritten, when
+    /// reading the body as received is exact.
+    rewritten: Vec<(&'a Pointer, Value)>,
     copy: std::cell::OnceCell<Value>,
     notes: Vec<String>,
 }
@@ -340,22 +350,13 @@ struct Normalized<'a> {
 impl<'a> Normalized<'a> {
     fn of(t: &'a EventType, doc: &'a Value) -> Normalized<'a> {
         let copy = std::cell::OnceCell::new();
-        let mut removed = Vec::new();
-        let mut exact = t.normalize.is_empty() && t.unordered.is_empty();
-        for v in &t.volatile {
-            match v.pointer.removal(doc) {
-                Some(true) => removed.push(&v.pointer),
-                Some(false) => exact = false,
-                None => {}
-            }
-        }
-        if exact {
-            // Nothing is rewritten, so a copy made later has no notes.
+        if let Some((removed, rewritten, notes)) = Self::in_place(t, doc) {
             return Normalized {
                 received: doc,
                 removed: Some(removed),
+                rewritten,
                 copy,
-                notes: Vec::new(),
+                notes,
             };
         }
         let (normalized, notes) = normalized(t, doc);
@@ -363,9 +364,59 @@ impl<'a> Normalized<'a> {
         Normalized {
             received: doc,
             removed: None,
+            rewritten: Vec::new(),
             copy,
             notes,
         }
+    }
+
+    /// The removed members, the rewritten places and the notes, when the body read in place
+    /// (with those) reads as the normalized copy does; `None` when it would not.
+    #[allow(clippy::type_complexity)]
+    fn in_place(
+        t: &'a EventType,
+        doc: &Value,
+    ) -> Option<(Vec<&'a Pointer>, Vec<(&'a Pointer, Value)>, Vec<String>)> {
+        if !t.unordered.is_empty() {
+            return None;
+        }
+        let mut removed = Vec::new();
+        for v in &t.volatile {
+            match v.pointer.removal(doc) {
+                Some(true) => removed.push(&v.pointer),
+                // An array's element: the elements after it move down one place.
+                Some(false) => return None,
+                None => {}
+            }
+        }
+        let mut rewritten = Vec::new();
+        let mut notes = Vec::new();
+        for (i, (p, ops)) in t.normalize.iter().enumerate() {
+            // The volatile fields go first: a place inside one is gone before it is rewritten.
+            if removed.iter().any(|r| p.is_within(r)) {
+                continue;
+            }
+            let overlaps = removed.iter().any(|r| r.is_within(p))
+                || t.normalize
+                    .iter()
+                    .enumerate()
+                    .any(|(j, (q, _))| i != j && (q.is_within(p) || p.is_within(q)));
+            if overlaps {
+                return None;
+            }
+            let Some(value) = p.get(doc) else {
+                continue;
+            };
+            let mut value = value.clone();
+            for op in ops {
+                if let Err(e) = op.apply(&mut value) {
+                    notes.push(format!("{p}: {e}"));
+                    break;
+                }
+            }
+            rewritten.push((p, value));
+        }
+        Some((removed, rewritten, notes))
     }
 
     /// The normalized body, whole.
@@ -379,8 +430,17 @@ impl<'a> Normalized<'a> {
             return p.get(self.whole(t));
         };
         if removed.iter().any(|r| p.is_within(r)) {
-            None
-        } else if removed.iter().any(|r| r.is_within(p)) {
+            return None;
+        }
+        for (n, value) in &self.rewritten {
+            if p.as_str() == n.as_str() {
+                return Some(value);
+            }
+            if p.is_within(n) || n.is_within(p) {
+                return p.get(self.whole(t));
+            }
+        }
+        if removed.iter().any(|r| r.is_within(p)) {
             p.get(self.whole(t))
         } else {
             p.get(self.received)
@@ -870,17 +930,68 @@ unordered = [{ field = "/tags", why = "sent in any order" }]
   version = 1
   level = "business_ref"
   fields = ["/id"]
+
+[providers.p.types."dated"]
+criticality = "critical"
+volatile = [{ field = "/sent_at", why = "differs between sends" }]
+normalize = [
+  { field = "/data/at", ops = ["utc"] },
+  { field = "/data/name", ops = ["trim", "lowercase"] },
+  { field = "/items/1", ops = ["trim"] },
+]
+  [[providers.p.types."dated".strategies]]
+  name = "by-at"
+  version = 1
+  level = "business_ref"
+  fields = ["/data/id", "/data/at"]
+
+[providers.p.types."dated-in-volatile"]
+criticality = "critical"
+volatile = [{ field = "/data/meta", why = "differs between sends" }]
+normalize = [{ field = "/data/meta/at", ops = ["utc"] }, { field = "/data/at", ops = ["utc"] }]
+  [[providers.p.types."dated-in-volatile".strategies]]
+  name = "by-id"
+  version = 1
+  level = "business_ref"
+  fields = ["/data/id"]
+
+[providers.p.types."volatile-in-rewritten"]
+criticality = "critical"
+volatile = [{ field = "/data/meta/trace", why = "differs between sends" }]
+normalize = [{ field = "/data/meta", ops = ["trim"] }]
+  [[providers.p.types."volatile-in-rewritten".strategies]]
+  name = "by-id"
+  version = 1
+  level = "business_ref"
+  fields = ["/data/id"]
+
+[providers.p.types."nested-rewrites"]
+criticality = "critical"
+normalize = [{ field = "/data", ops = ["trim"] }, { field = "/data/at", ops = ["utc"] }]
+  [[providers.p.types."nested-rewrites".strategies]]
+  name = "by-id"
+  version = 1
+  level = "business_ref"
+  fields = ["/data/id"]
 "#;
 
-    const DOCS: [&str; 3] = [
+    const DOCS: [&str; 5] = [
         r#"{"type":"x","sent_at":"t1","id":"a","tags":["b","a"],"items":["stamp","id-1","id-2"],
             "data":{"id":"d1","meta":{"trace":"t","kept":1},"amount":5}}"#,
         r#"{"type":"x","id":"a","data":{"id":"d1","meta":"not an object"}}"#,
         r#"{"type":"x","sent_at":{"nested":true},"items":[],"data":null}"#,
+        r#"{"type":"x","sent_at":"t2","items":["s"," id-1 "],"data":{"id":"d1","at":"2026-03-05T17:00:00+01:00",
+            "name":" Ada ","meta":{"at":"2026-03-05T17:00:00+01:00","trace":"t"}}}"#,
+        r#"{"type":"x","data":{"id":"d1","at":"not a date","name":7,"meta":{"at":12}}}"#,
     ];
 
-    const PLACES: [&str; 14] = [
+    const PLACES: [&str; 19] = [
         "",
+        "/data/at",
+        "/data/name",
+        "/data/meta/at",
+        "/items/2",
+        "/type",
         "/sent_at",
         "/sent_at/nested",
         "/sent_atx",
@@ -902,7 +1013,15 @@ unordered = [{ field = "/tags", why = "sent in any order" }]
     #[test]
     fn the_view_reads_what_the_normalized_body_holds() {
         let contract = parse("c.toml", CONTRACT).unwrap();
-        for name in ["members", "element", "rewritten"] {
+        for name in [
+            "members",
+            "element",
+            "rewritten",
+            "dated",
+            "dated-in-volatile",
+            "volatile-in-rewritten",
+            "nested-rewrites",
+        ] {
             let t = contract.event_type("p", name).unwrap();
             for text in DOCS {
                 let doc = parse_json(text.as_bytes(), &Limits::default()).unwrap();
@@ -926,5 +1045,58 @@ unordered = [{ field = "/tags", why = "sent in any order" }]
         // A place enclosing a volatile field needs the copy.
         view.get(t, &Pointer::parse("/data").unwrap());
         assert!(view.copy.get().is_some());
+
+        // A rewritten place reads its own rewritten value, with no copy of the body.
+        let t = contract.event_type("p", "dated").unwrap();
+        let doc = parse_json(DOCS[3].as_bytes(), &Limits::default()).unwrap();
+        let view = Normalized::of(t, &doc);
+        let at = view.get(t, &Pointer::parse("/data/at").unwrap());
+        assert_eq!(at.and_then(Value::as_str), Some("2026-03-05T16:00:00Z"));
+        let name = view.get(t, &Pointer::parse("/data/name").unwrap());
+        assert_eq!(name.and_then(Value::as_str), Some("ada"));
+        view.get(t, &Pointer::parse("/data/id").unwrap());
+        assert!(view.copy.get().is_none());
+        // A place enclosing a rewritten one needs the copy.
+        view.get(t, &Pointer::parse("/data").unwrap());
+        assert!(view.copy.get().is_some());
+        // Overlapping declarations read from the copy from the start.
+        for name in ["volatile-in-rewritten", "nested-rewrites"] {
+            let t = contract.event_type("p", name).unwrap();
+            let view = Normalized::of(t, &doc);
+            assert!(view.removed.is_none(), "{name}");
+        }
+    }
+
+    /// A date sent with an offset and the same instant sent in UTC make one key, and a failed
+    /// rewrite is noted once, as the whole copy notes it.
+    #[test]
+    fn a_rewritten_field_keys_as_its_normal_form() {
+        let contract = parse("c.toml", CONTRACT).unwrap();
+        let t = contract.event_type("p", "dated").unwrap();
+        let origin = Origin {
+            tenant: "t",
+            provider: "p",
+            env: "live",
+        };
+        let key = |text: &str| {
+            let doc = parse_json(text.as_bytes(), &Limits::default()).unwrap();
+            identify(t, origin, &doc, &[], b"salt")
+        };
+        let offset = key(
+            r#"{"type":"x","sent_at":"a","data":{"id":"d1","at":"2026-03-05T17:00:00+01:00"}}"#,
+        );
+        let utc =
+            key(r#"{"type":"x","sent_at":"b","data":{"id":"d1","at":"2026-03-05T16:00:00Z"}}"#);
+        let later = key(r#"{"type":"x","data":{"id":"d1","at":"2026-03-05T17:00:00Z"}}"#);
+        let offset_key = offset.effect.expect("a key").key;
+        assert_eq!(offset_key, utc.effect.expect("a key").key);
+        assert_ne!(offset_key, later.effect.expect("a key").key);
+        let failed = key(r#"{"type":"x","data":{"id":"d1","at":"not a date","name":" Ada "}}"#);
+        assert_eq!(failed.notes.len(), 1, "{:?}", failed.notes);
+        assert!(
+            failed.notes[0].starts_with("/data/at: "),
+            "{:?}",
+            failed.notes
+        );
     }
 }
