@@ -18,6 +18,8 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 mod normalized;
+#[cfg(test)]
+mod read_in_place;
 
 pub use normalized::normalized;
 use normalized::Normalized;
