@@ -341,8 +341,10 @@ pub(crate) async fn refusal<T: Tx + Send>(
 }
 
 /// The condition every holder's write must meet: the current token, still reserved, lease
-/// still running.
-const HOLDER: &str = "id = $1 AND fencing_token = $2 AND state = 'reserved' AND lease_until > $3";
+/// still running; the effect found by primary key alone (see `sql`: the state and the lease
+/// are the `effects_leases` partial index's).
+pub(crate) const HOLDER: &str = "id = $1 AND fencing_token = $2 \
+     AND (CASE WHEN state = 'reserved' AND lease_until > $3 THEN TRUE ELSE FALSE END)";
 
 /// A holder's write: `UPDATE effects SET <set>, updated_at = $3` under `HOLDER`, with `values`
 /// as `$4`, `$5`…; refused (`refusal`) when the effect is no longer the holder's.
@@ -431,14 +433,16 @@ pub(crate) fn complete_statement<'a>(
     result: &'a str,
     now: OffsetDateTime,
 ) -> Statement<'a> {
-    // The state is tested inside a CASE so no plan can read the condition as the predicate of
-    // the `effects_leases` partial index: under a generic plan, PostgreSQL chose to scan every
-    // reserved effect through it (and hash-join them to a batch's completes) over the primary
+    // Under `HOLDER`: without its CASE, a generic plan chose to scan every reserved effect
+    // through `effects_leases` (and hash-join them to a batch's completes) over the primary
     // key, once few effects were reserved (`tests/it/plans.rs`).
+    static COMPLETE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "UPDATE effects SET state = 'completed', result = $4, updated_at = $3 WHERE {HOLDER}"
+        )
+    });
     (
-        "UPDATE effects SET state = 'completed', result = $4, updated_at = $3 \
-         WHERE id = $1 AND fencing_token = $2 \
-         AND (CASE WHEN state = 'reserved' THEN lease_until > $3 ELSE FALSE END)",
+        COMPLETE.as_str(),
         vec![
             text(effect.as_str()),
             int(token as i64),
@@ -475,6 +479,12 @@ pub(crate) async fn heartbeat<T: Tx + Send>(
     from_ms(until)
 }
 
+/// A released effect taken by a worker, found by primary key alone (see `sql`).
+pub(crate) const TAKE_RELEASED: &str = "UPDATE effects SET state = 'reserved', fencing_token = fencing_token + 1, lease_until = $2, holder = $3, \
+     updated_at = $4 WHERE id = $1 \
+     AND (CASE WHEN state = 'released' THEN TRUE ELSE FALSE END) \
+     RETURNING fencing_token, first_delivery, tenant, provider, env, event_type, key_value, authoritative_ref, queue_item_id";
+
 /// Hands the oldest released effect to `worker` under the next fencing token and a lease.
 pub(crate) async fn claim<T: Tx + Send>(
     tx: &mut T,
@@ -497,9 +507,7 @@ pub(crate) async fn claim<T: Tx + Send>(
         let id = row.text(0)?;
         let rows = tx
             .query(
-                "UPDATE effects SET state = 'reserved', fencing_token = fencing_token + 1, lease_until = $2, holder = $3, \
-                 updated_at = $4 WHERE id = $1 AND state = 'released' \
-                 RETURNING fencing_token, first_delivery, tenant, provider, env, event_type, key_value, authoritative_ref, queue_item_id",
+                TAKE_RELEASED,
                 &[text(id.as_str()), int(until), text(worker), int(now_ms)],
             )
             .await?;

@@ -21,7 +21,7 @@ use crate::error::StoreError;
 use crate::plan;
 use crate::sql::{int, opt_text, text, Query, Row, Tx};
 
-mod attempt;
+pub(crate) mod attempt;
 
 pub(crate) use attempt::{attempts, finish, interrupt, resend, start};
 pub use attempt::{ForwardAttempt, ForwardEnd, ForwardNext, ForwardStart, INTERRUPTED};
@@ -286,6 +286,13 @@ pub(crate) async fn next_due<T: Tx + Send>(tx: &mut T) -> Result<Option<OffsetDa
         .transpose()
 }
 
+/// A released effect taken by the forwarder, found by primary key alone (see `sql`).
+pub(crate) const TAKE_RELEASED: &str =
+    "UPDATE effects SET state = 'reserved', fencing_token = fencing_token + 1, lease_until = $2, \
+     holder = 'forwarder', updated_at = $3 WHERE id = $1 \
+     AND (CASE WHEN state = 'released' THEN TRUE ELSE FALSE END) \
+     RETURNING fencing_token, first_delivery, tenant, provider, env, event_type";
+
 /// Claims the oldest released effect of a forward type for the forwarder (the next fencing
 /// token, a lease of `lease`) and enqueues its forward due now, in one transaction; `None`
 /// when there is none. Released effects come from a verifier or a person (a distinct
@@ -319,12 +326,7 @@ pub(crate) async fn claim<T: Tx + Send>(
         };
         let id = row.text(0)?;
         let rows = tx
-            .query(
-                "UPDATE effects SET state = 'reserved', fencing_token = fencing_token + 1, lease_until = $2, \
-                 holder = 'forwarder', updated_at = $3 WHERE id = $1 AND state = 'released' \
-                 RETURNING fencing_token, first_delivery, tenant, provider, env, event_type",
-                &[text(id.as_str()), int(until), int(now_ms)],
-            )
+            .query(TAKE_RELEASED, &[text(id.as_str()), int(until), int(now_ms)])
             .await?;
         let Some(r) = rows.first() else { continue };
         let effect_id = plan::parse_effect_id(&id)?;

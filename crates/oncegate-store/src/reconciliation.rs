@@ -183,6 +183,11 @@ async fn item_or_missing<T: Tx + Send>(tx: &mut T, id: &QueueItemId) -> Result<Q
         })
 }
 
+/// An attempt's record on its open item, found by primary key alone (see `sql`).
+pub(crate) const RECORD_ATTEMPT: &str = "UPDATE queue_items SET attempts = attempts + 1, last_attempt_at = $2, last_error = $3, last_evidence = $4 \
+     WHERE id = $1 \
+     AND (CASE WHEN status = 'open' THEN TRUE ELSE FALSE END)";
+
 /// Records an attempt that left the item open. A resolved item is a `Conflict`.
 pub(crate) async fn record_attempt<T: Tx + Send>(
     tx: &mut T,
@@ -191,8 +196,7 @@ pub(crate) async fn record_attempt<T: Tx + Send>(
 ) -> Result<QueueItem> {
     let n = tx
         .exec(
-            "UPDATE queue_items SET attempts = attempts + 1, last_attempt_at = $2, last_error = $3, last_evidence = $4 \
-             WHERE id = $1 AND status = 'open'",
+            RECORD_ATTEMPT,
             &[
                 text(id.as_str()),
                 int(ms(attempt.at)),

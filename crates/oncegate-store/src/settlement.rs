@@ -240,6 +240,13 @@ async fn settle_others<T: Tx + Send>(
     Ok(())
 }
 
+/// An open item waiting on a verified effect resolved as its duplicate, found by primary key
+/// alone (see `sql`).
+pub(crate) const RESOLVE_DUPLICATE: &str = "UPDATE queue_items SET status = 'resolved', resolution_outcome = 'duplicate', resolution_ref = $2, \
+     resolution_note = $3, resolution_by = $4, resolved_at = $5, resolution_effect = $6 \
+     WHERE id = $1 \
+     AND (CASE WHEN status = 'open' THEN TRUE ELSE FALSE END)";
+
 /// Resolves every open item waiting on `effect` (but `except`) as a duplicate of it, linked,
 /// with `note`; returns the ids it resolved.
 async fn resolve_waiting<T: Tx + Send>(
@@ -267,9 +274,7 @@ async fn resolve_waiting<T: Tx + Send>(
         // verdict, and this one goes on with the others.
         let n = tx
             .exec(
-                "UPDATE queue_items SET status = 'resolved', resolution_outcome = 'duplicate', resolution_ref = $2, \
-                 resolution_note = $3, resolution_by = $4, resolved_at = $5, resolution_effect = $6 \
-                 WHERE id = $1 AND status = 'open'",
+                RESOLVE_DUPLICATE,
                 &[
                     text(id.as_str()),
                     opt_text(r.authoritative_ref.as_deref()),

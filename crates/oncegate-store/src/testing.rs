@@ -56,6 +56,87 @@ pub fn pg_batch_complete_sql() -> String {
     crate::postgres::batch_complete_text()
 }
 
+/// The statements that find one row by its primary key and test its state outside a batch:
+/// for each, what it does, its text, example values (SQL literals) and the primary key it must
+/// be planned on, for tests of the plans PostgreSQL makes for them.
+pub fn pg_by_key_statements() -> Vec<(&'static str, String, &'static str, &'static str)> {
+    use crate::forward::attempt;
+    let effect = oncegate_core::ids::EffectId::from_u128(0);
+    vec![
+        (
+            "a reconcile attempt's record",
+            crate::reconciliation::RECORD_ATTEMPT.to_owned(),
+            "'q', 1, 'e', NULL",
+            "queue_items_pkey",
+        ),
+        (
+            "a resolution",
+            crate::queue::resolution::RESOLVE.to_owned(),
+            "'q', 'duplicate', NULL, 'n', 'b', 1, NULL",
+            "queue_items_pkey",
+        ),
+        (
+            "a waiting item resolved as a duplicate",
+            crate::settlement::RESOLVE_DUPLICATE.to_owned(),
+            "'q', NULL, 'n', 'b', 1, NULL",
+            "queue_items_pkey",
+        ),
+        (
+            "a holder's write",
+            format!(
+                "UPDATE effects SET result = $4, updated_at = $3 WHERE {}",
+                crate::effect::HOLDER
+            ),
+            "'e', 1, 1, 'r'",
+            "effects_pkey",
+        ),
+        (
+            "a holder's complete",
+            crate::effect::complete_statement(&effect, 1, "r", time::OffsetDateTime::UNIX_EPOCH)
+                .0
+                .to_owned(),
+            "'e', 1, 1, 'r'",
+            "effects_pkey",
+        ),
+        (
+            "a released effect taken by a worker",
+            crate::effect::TAKE_RELEASED.to_owned(),
+            "'e', 1, 'w', 1",
+            "effects_pkey",
+        ),
+        (
+            "a released effect taken by the forwarder",
+            crate::forward::TAKE_RELEASED.to_owned(),
+            "'e', 1, 1",
+            "effects_pkey",
+        ),
+        (
+            "a forward's start",
+            attempt::START.to_owned(),
+            "'e', 1, 1, 1",
+            "forwards_pkey",
+        ),
+        (
+            "a forward's end",
+            attempt::FINISH.to_owned(),
+            "'e', 1, 1, 'completed', NULL, 200, NULL, 1",
+            "forwards_pkey",
+        ),
+        (
+            "a forward interrupted",
+            attempt::INTERRUPT.to_owned(),
+            "'e', 1, 1, 'x'",
+            "forwards_pkey",
+        ),
+        (
+            "a dead forward sent again",
+            attempt::RESEND.to_owned(),
+            "'e', 1, 1",
+            "forwards_pkey",
+        ),
+    ]
+}
+
 /// The `SET LOCAL` statements a PostgreSQL batch's transaction starts with (after `BEGIN`), for
 /// tests of the plans its statements get.
 pub fn pg_batch_plans() -> &'static str {

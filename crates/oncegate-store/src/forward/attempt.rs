@@ -90,6 +90,12 @@ pub struct ForwardAttempt {
     pub error: Option<String>,
 }
 
+/// A pending forward's start, found by primary key alone (see `sql`).
+pub(crate) const START: &str = "UPDATE forwards SET state = 'sending', attempts = attempts + 1, deadline = $3, updated_at = $4 \
+     WHERE effect_id = $1 AND fencing_token = $2 \
+     AND (CASE WHEN state = 'pending' AND due_at <= $4 THEN TRUE ELSE FALSE END) \
+     RETURNING series, attempts, delivery_id";
+
 /// Starts the next attempt of a due, pending forward held under `token`, and extends the
 /// effect's lease to `deadline` in the same transaction. `None` when the row is not (or no
 /// longer) due and pending under that token: another instance started it, or it moved on. When
@@ -105,9 +111,7 @@ pub(crate) async fn start<T: Tx + Send>(
     let now_ms = ms(now);
     let rows = tx
         .query(
-            "UPDATE forwards SET state = 'sending', attempts = attempts + 1, deadline = $3, updated_at = $4 \
-             WHERE effect_id = $1 AND fencing_token = $2 AND state = 'pending' AND due_at <= $4 \
-             RETURNING series, attempts, delivery_id",
+            START,
             &[
                 text(effect.as_str()),
                 int(token as i64),
@@ -161,6 +165,12 @@ pub(crate) async fn start<T: Tx + Send>(
         delivery: plan::parse_delivery_id(&delivery)?,
     }))
 }
+
+/// A sending forward's end, found by primary key alone (see `sql`).
+pub(crate) const FINISH: &str = "UPDATE forwards SET state = $4, due_at = COALESCE($5, due_at), deadline = NULL, last_status = $6, \
+     last_error = $7, updated_at = $8 \
+     WHERE effect_id = $1 AND fencing_token = $2 AND series = $3 \
+     AND (CASE WHEN state = 'sending' THEN TRUE ELSE FALSE END)";
 
 /// Records how an attempt ended and what follows, under the token it was sent with: the
 /// effect completed (a 2xx), its lease extended over the wait for the next attempt, or failed
@@ -224,9 +234,7 @@ pub(crate) async fn finish<T: Tx + Send>(
     .await?;
     let due_ms = due.map(ms);
     tx.exec(
-        "UPDATE forwards SET state = $4, due_at = COALESCE($5, due_at), deadline = NULL, last_status = $6, \
-         last_error = $7, updated_at = $8 \
-         WHERE effect_id = $1 AND fencing_token = $2 AND series = $3 AND state = 'sending'",
+        FINISH,
         &[
             text(effect.as_str()),
             int(token as i64),
@@ -245,6 +253,13 @@ pub(crate) async fn finish<T: Tx + Send>(
 /// The reason an interrupted attempt carries.
 pub const INTERRUPTED: &str = "the attempt was cut before its answer was recorded: its outcome is unknown, so it is never re-sent blindly";
 
+/// A sending forward past its deadline marked interrupted, found by primary key alone (see `sql`).
+pub(crate) const INTERRUPT: &str =
+    "UPDATE forwards SET state = 'interrupted', last_error = $4, updated_at = $3 \
+     WHERE effect_id = $1 AND fencing_token = $2 \
+     AND (CASE WHEN state = 'sending' AND deadline <= $3 THEN TRUE ELSE FALSE END) \
+     RETURNING series, attempts";
+
 /// Marks an attempt in flight past its deadline (its sender stopped) as `interrupted`, its
 /// log entry `unknown`. The effect's lease ended at the same deadline, so the lease sweep
 /// hands it on: a critical effect to verification, a reversible one released for the
@@ -258,9 +273,7 @@ pub(crate) async fn interrupt<T: Tx + Send>(
     let now_ms = ms(now);
     let rows = tx
         .query(
-            "UPDATE forwards SET state = 'interrupted', last_error = $4, updated_at = $3 \
-             WHERE effect_id = $1 AND fencing_token = $2 AND state = 'sending' AND deadline <= $3 \
-             RETURNING series, attempts",
+            INTERRUPT,
             &[
                 text(effect.as_str()),
                 int(token as i64),
@@ -285,6 +298,11 @@ pub(crate) async fn interrupt<T: Tx + Send>(
     .await?;
     Ok(true)
 }
+
+/// A dead forward sent again, found by primary key alone (see `sql`).
+pub(crate) const RESEND: &str = "UPDATE forwards SET fencing_token = $2, series = series + 1, attempts = 0, state = 'pending', due_at = $3, \
+     deadline = NULL, updated_at = $3 WHERE effect_id = $1 \
+     AND (CASE WHEN state = 'dead' THEN TRUE ELSE FALSE END)";
 
 /// Re-sends a dead letter: the effect, failed for good by its last attempt, is reserved again
 /// under the next fencing token with a lease of `lease`, and the forward starts a fresh
@@ -323,12 +341,8 @@ pub(crate) async fn resend<T: Tx + Send>(
         )));
     };
     let token = row.int(0)?;
-    tx.exec(
-        "UPDATE forwards SET fencing_token = $2, series = series + 1, attempts = 0, state = 'pending', due_at = $3, \
-         deadline = NULL, updated_at = $3 WHERE effect_id = $1 AND state = 'dead'",
-        &[text(effect.as_str()), int(token), int(now_ms)],
-    )
-    .await?;
+    tx.exec(RESEND, &[text(effect.as_str()), int(token), int(now_ms)])
+        .await?;
     read(tx, effect).await?.ok_or_else(|| StoreError::NotFound {
         what: "forward",
         id: effect.to_string(),

@@ -77,6 +77,11 @@ pub struct ResolutionRecord {
 /// Marks an open item resolved; `Conflict` when it is not open. This guarded update comes
 /// first in every resolution: of two concurrent resolutions exactly one changes the row, and
 /// the other writes nothing.
+/// A resolution's write on its open item, found by primary key alone (see `sql`).
+pub(crate) const RESOLVE: &str = "UPDATE queue_items SET status = 'resolved', resolution_outcome = $2, resolution_ref = $3, resolution_note = $4, \
+     resolution_by = $5, resolved_at = $6, resolution_effect = $7 WHERE id = $1 \
+     AND (CASE WHEN status = 'open' THEN TRUE ELSE FALSE END)";
+
 pub(crate) async fn mark_resolved<T: Tx + Send>(
     tx: &mut T,
     id: &QueueItemId,
@@ -85,8 +90,7 @@ pub(crate) async fn mark_resolved<T: Tx + Send>(
 ) -> Result<()> {
     let n = tx
         .exec(
-            "UPDATE queue_items SET status = 'resolved', resolution_outcome = $2, resolution_ref = $3, resolution_note = $4, \
-             resolution_by = $5, resolved_at = $6, resolution_effect = $7 WHERE id = $1 AND status = 'open'",
+            RESOLVE,
             &[
                 text(id.as_str()),
                 text(r.outcome.as_str()),

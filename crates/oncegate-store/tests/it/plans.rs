@@ -1,7 +1,8 @@
 //! The plans PostgreSQL makes for the batches' statements under the settings their transaction
-//! runs with (generic plans, made once per connection, and no sequential scans), on tables whose
-//! statistics would tempt it away from the primary key: empty, as when a connection makes its
-//! plans at start-up, or with few effects reserved.
+//! runs with (generic plans, made once per connection, and no sequential scans), and for the
+//! statements outside batches that find one row by primary key, on tables whose statistics
+//! would tempt it away from the primary key: empty, as when a connection makes its plans at
+//! start-up, or with few effects reserved.
 
 use crate::harness::Backend;
 
@@ -57,6 +58,46 @@ async fn a_batchs_complete_finds_its_effects_by_primary_key() {
         assert!(plan.contains("Index Scan using effects_pkey"), "{plan}");
         assert!(!plan.contains("effects_leases"), "{plan}");
         assert!(!plan.contains("Seq Scan"), "{plan}");
+    }
+    drop(admin);
+    b.cleanup().await;
+}
+
+/// Every statement that finds one row by its primary key and tests the row's state (a
+/// reconcile attempt, a resolution, a holder's write, a forward's steps) is planned on that
+/// key by a generic plan made while its table is empty, the plan a connection keeps for the
+/// statement until the next `ANALYZE`: with the state as an index condition, the plan read
+/// every row in that state (every open item, every live lease, every pending forward) per call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_by_primary_key_are_planned_on_it_from_an_empty_table() {
+    let b = Backend::postgres().await;
+    drop(b.open().await); // the schema
+    let admin = oncegate_store::testing::pg_admin(&b.url).await;
+    let statements = oncegate_store::testing::pg_by_key_statements();
+    assert!(statements.len() >= 11);
+    for (what, sql, args, key) in statements {
+        admin
+            .batch_execute(&format!(
+                "DEALLOCATE ALL; BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; PREPARE s AS {sql}"
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("{what}: prepare: {e}"));
+        let plan = admin
+            .simple_query(&format!("EXPLAIN EXECUTE s({args})"))
+            .await
+            .unwrap_or_else(|e| panic!("{what}: explain: {e}"))
+            .iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        admin.batch_execute("ROLLBACK").await.expect("rollback");
+        assert!(
+            plan.contains(&format!("Index Scan using {key}")),
+            "{what} is not planned on {key}:\n{sql}\n{plan}"
+        );
     }
     drop(admin);
     b.cleanup().await;
