@@ -28,6 +28,9 @@
 //! alone. `ONCEGATE_LOAD_PERF=<dir>` records each side's server and PostgreSQL backends with
 //! `perf` in a slice of its own after the timed ones, and prints the backends' CPU per decision
 //! by phase of a statement's life and the server's by part (`load/phases.rs`).
+//! Where the server collects statement statistics (`pg_stat_statements`, which
+//! `scripts/with-test-pg` preloads), it also prints each side's top statements by time per
+//! decision (`load/statements.rs`).
 
 #[path = "load/cpu.rs"]
 mod cpu;
@@ -35,6 +38,8 @@ mod cpu;
 mod phases;
 #[path = "load/seed.rs"]
 mod seed;
+#[path = "load/statements.rs"]
+mod statements;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -417,6 +422,19 @@ async fn bench() {
         let theirs_meter = cpu::Meter::new(theirs.child.id(), pg.map(|a| (a, theirs_url.as_str())));
         let (mut ours_cpu, mut theirs_cpu) = (cpu::Used::default(), cpu::Used::default());
         let mut batches = BatchSizes::default();
+        // Each side's statements from here on (`pg_stat_statements`, where the server has it).
+        let databases = [ours_url.as_str(), theirs_url.as_str()]
+            .map(|u| u.rsplit('/').next().unwrap_or_default().to_owned());
+        let counted = match pg {
+            Some(admin) if statements::available(admin).await => {
+                for database in &databases {
+                    statements::reset(admin, database).await;
+                }
+                Some(admin)
+            }
+            _ => None,
+        };
+        let (mut ours_total, mut theirs_total) = (0, 0);
         for round in 1..=rounds {
             let from = round * 100_000_000;
             let before = ours_meter.read().await;
@@ -427,12 +445,21 @@ async fn bench() {
             unexpected += t.unexpected;
             samples.extend(t.samples);
             a.push(t.decisions as f64);
+            ours_total += t.total;
             la.extend(t.latencies_us);
             let before = theirs_meter.read().await;
             let t = drive(&theirs.base, connections, secs, from, false).await;
             theirs_cpu.add(&before, &theirs_meter.read().await, t.total);
             b.push(t.decisions as f64);
+            theirs_total += t.total;
             lb.extend(t.latencies_us);
+        }
+        let mut statement_lines = None;
+        if let Some(admin) = counted {
+            statement_lines = Some((
+                statements::line(admin, &databases[0], ours_total, 5).await,
+                statements::line(admin, &databases[1], theirs_total, 5).await,
+            ));
         }
         // `ONCEGATE_LOAD_PERF`: one more slice per side, outside the figures above (recording
         // costs the recorded processes CPU of its own), with the server and its backends
@@ -494,6 +521,11 @@ async fn bench() {
                         t.line(ts)
                     );
                 }
+            }
+            if let Some((Some(o), Some(t))) = &statement_lines {
+                println!(
+                    "  PostgreSQL's statement time per decision, its top statements (pg_stat_statements, wall time): oncegate {o}; hand-made {t}"
+                );
             }
         } else {
             println!(
