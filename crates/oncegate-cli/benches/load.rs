@@ -427,10 +427,11 @@ async fn bench() {
             .map(|u| u.rsplit('/').next().unwrap_or_default().to_owned());
         let counted = match pg {
             Some(admin) if statements::available(admin).await => {
+                let mut reset = true;
                 for database in &databases {
-                    statements::reset(admin, database).await;
+                    reset &= statements::reset(admin, database).await;
                 }
-                Some(admin)
+                reset.then_some(admin)
             }
             _ => None,
         };

@@ -22,14 +22,22 @@ pub async fn available(admin: &Client) -> bool {
             .is_ok()
 }
 
-/// Forgets what `database`'s statements did so far (the warm-up's, the first plans').
-pub async fn reset(admin: &Client, database: &str) {
-    let _ = admin
+/// Forgets what `database`'s statements did so far (the warm-up's, the first plans'); `false`
+/// (with the reason on stderr) when it could not, and the line would count them.
+pub async fn reset(admin: &Client, database: &str) -> bool {
+    match admin
         .execute(
             "SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = $1), 0)",
             &[&database],
         )
-        .await;
+        .await
+    {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("pg_stat_statements_reset failed ({e}); no statements line");
+            false
+        }
+    }
 }
 
 /// `database`'s `top` statements by time since the reset, each as its time per decision, its

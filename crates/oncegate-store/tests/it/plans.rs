@@ -6,20 +6,25 @@
 
 use crate::harness::Backend;
 
-/// EXPLAIN of `sql` as a batch plans it, with `args` (SQL literals) as its values.
-async fn batch_plan(admin: &tokio_postgres::Client, sql: &str, args: &str) -> String {
+/// EXPLAIN of `sql` prepared in a transaction that starts with `settings`, with `args` (SQL
+/// literals) as its values.
+async fn plan_under(
+    admin: &tokio_postgres::Client,
+    settings: &str,
+    sql: &str,
+    args: &str,
+) -> String {
     admin
         .batch_execute(&format!(
-            "DEALLOCATE ALL; BEGIN; {}; PREPARE s AS {sql}",
-            oncegate_store::testing::pg_batch_plans()
+            "DEALLOCATE ALL; BEGIN; {settings}; PREPARE s AS {sql}"
         ))
         .await
-        .expect("prepare");
+        .unwrap_or_else(|e| panic!("prepare {sql}: {e}"));
     let rows = admin
         .simple_query(&format!("EXPLAIN EXECUTE s({args})"))
         .await
-        .expect("explain");
-    admin.batch_execute("COMMIT").await.expect("commit");
+        .unwrap_or_else(|e| panic!("explain {sql}: {e}"));
+    admin.batch_execute("ROLLBACK").await.expect("rollback");
     rows.iter()
         .filter_map(|m| match m {
             tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
@@ -27,6 +32,11 @@ async fn batch_plan(admin: &tokio_postgres::Client, sql: &str, args: &str) -> St
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// EXPLAIN of `sql` as a batch plans it, with `args` (SQL literals) as its values.
+async fn batch_plan(admin: &tokio_postgres::Client, sql: &str, args: &str) -> String {
+    plan_under(admin, oncegate_store::testing::pg_batch_plans(), sql, args).await
 }
 
 /// A batch's complete finds each effect by its primary key: on an empty table (a plan made
@@ -76,24 +86,13 @@ async fn statements_by_primary_key_are_planned_on_it_from_an_empty_table() {
     let statements = oncegate_store::testing::pg_by_key_statements();
     assert!(statements.len() >= 11);
     for (what, sql, args, key) in statements {
-        admin
-            .batch_execute(&format!(
-                "DEALLOCATE ALL; BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; PREPARE s AS {sql}"
-            ))
-            .await
-            .unwrap_or_else(|e| panic!("{what}: prepare: {e}"));
-        let plan = admin
-            .simple_query(&format!("EXPLAIN EXECUTE s({args})"))
-            .await
-            .unwrap_or_else(|e| panic!("{what}: explain: {e}"))
-            .iter()
-            .filter_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
-        admin.batch_execute("ROLLBACK").await.expect("rollback");
+        let plan = plan_under(
+            &admin,
+            "SET LOCAL plan_cache_mode = force_generic_plan",
+            &sql,
+            args,
+        )
+        .await;
         assert!(
             plan.contains(&format!("Index Scan using {key}")),
             "{what} is not planned on {key}:\n{sql}\n{plan}"
