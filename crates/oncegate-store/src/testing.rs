@@ -56,6 +56,16 @@ pub fn pg_batch_complete_sql() -> String {
     crate::postgres::batch_complete_text()
 }
 
+/// The invisible-losses sweep's read of the resources seen since a time (`$1` provider, `$2`
+/// type, `$3` the time in ms, `$4` the least effect id of that millisecond), and that id for a
+/// time, for tests of its plan.
+pub fn pg_resources_seen() -> (&'static str, fn(time::OffsetDateTime) -> String) {
+    (
+        crate::reconciliation::RESOURCES_SEEN,
+        crate::codes::effect_id_floor,
+    )
+}
+
 /// The statements that find one row by its primary key and test its state outside a batch:
 /// for each, what it does, its text, example values (SQL literals) and the primary key it must
 /// be planned on, for tests of the plans PostgreSQL makes for them.

@@ -101,3 +101,46 @@ async fn statements_by_primary_key_are_planned_on_it_from_an_empty_table() {
     drop(admin);
     b.cleanup().await;
 }
+
+/// The invisible-losses sweep reads the effects of its window by their ids (an effect's id is
+/// a ULID of its creation time), not every effect ever stored: no index leads with the provider
+/// and the type it asks for, so without the id range each sweep scanned the whole table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_reads_the_effects_of_its_window_by_id() {
+    let b = Backend::postgres().await;
+    drop(b.open().await); // the schema
+    let admin = oncegate_store::testing::pg_admin(&b.url).await;
+    let (sql, floor) = oncegate_store::testing::pg_resources_seen();
+    // 20,000 effects over 20 days, one an hour-ish, each with a resource.
+    let start = time::OffsetDateTime::from_unix_timestamp(1_760_000_000).expect("a time");
+    let (mut ids, mut times) = (Vec::new(), Vec::new());
+    for i in 0..20_000_i64 {
+        let at = start + time::Duration::seconds(i * 86);
+        let ms = (at.unix_timestamp_nanos() / 1_000_000) as i64;
+        let id = oncegate_core::ids::EffectId::from_u128(((ms as u128) << 80) | i as u128);
+        ids.push(id.as_str().to_owned());
+        times.push(ms);
+    }
+    admin
+        .execute(
+            "INSERT INTO effects (id, tenant, provider, env, event_type, resource, durable, state, fencing_token, \
+             discriminants, first_delivery, created_at, updated_at) \
+             SELECT i, 'acme', 'payflow', 'live', 'refund.created', 'pay_' || t, false, 'completed', 1, '{}', \
+             'dlv_' || t, t, t FROM unnest($1::text[], $2::int8[]) AS s(i, t)",
+            &[&ids, &times],
+        )
+        .await
+        .expect("seed the effects");
+    admin
+        .batch_execute("ANALYZE effects")
+        .await
+        .expect("analyze");
+    let since = start + time::Duration::days(19);
+    let ms = (since.unix_timestamp_nanos() / 1_000_000) as i64;
+    let args = format!("'payflow', 'refund.created', {ms}, '{}'", floor(since));
+    let plan = plan_under(&admin, "SELECT 1", sql, &args).await;
+    assert!(plan.contains("effects_pkey"), "{plan}");
+    assert!(!plan.contains("Seq Scan on effects"), "{plan}");
+    drop(admin);
+    b.cleanup().await;
+}
