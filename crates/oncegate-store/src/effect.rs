@@ -479,7 +479,8 @@ pub(crate) async fn heartbeat<T: Tx + Send>(
     from_ms(until)
 }
 
-/// A released effect taken by a worker, found by primary key alone (see `sql`).
+/// A released effect taken by a worker or the forwarder (`$3` the holder), found by primary
+/// key alone (see `sql`).
 pub(crate) const TAKE_RELEASED: &str = "UPDATE effects SET state = 'reserved', fencing_token = fencing_token + 1, lease_until = $2, holder = $3, \
      updated_at = $4 WHERE id = $1 \
      AND (CASE WHEN state = 'released' THEN TRUE ELSE FALSE END) \

@@ -286,13 +286,6 @@ pub(crate) async fn next_due<T: Tx + Send>(tx: &mut T) -> Result<Option<OffsetDa
         .transpose()
 }
 
-/// A released effect taken by the forwarder, found by primary key alone (see `sql`).
-pub(crate) const TAKE_RELEASED: &str =
-    "UPDATE effects SET state = 'reserved', fencing_token = fencing_token + 1, lease_until = $2, \
-     holder = 'forwarder', updated_at = $3 WHERE id = $1 \
-     AND (CASE WHEN state = 'released' THEN TRUE ELSE FALSE END) \
-     RETURNING fencing_token, first_delivery, tenant, provider, env, event_type";
-
 /// Claims the oldest released effect of a forward type for the forwarder (the next fencing
 /// token, a lease of `lease`) and enqueues its forward due now, in one transaction; `None`
 /// when there is none. Released effects come from a verifier or a person (a distinct
@@ -325,8 +318,17 @@ pub(crate) async fn claim<T: Tx + Send>(
             return Ok(None);
         };
         let id = row.text(0)?;
+        // The worker's take (`effect::claim`), with the forwarder as the holder.
         let rows = tx
-            .query(TAKE_RELEASED, &[text(id.as_str()), int(until), int(now_ms)])
+            .query(
+                effect::TAKE_RELEASED,
+                &[
+                    text(id.as_str()),
+                    int(until),
+                    text("forwarder"),
+                    int(now_ms),
+                ],
+            )
             .await?;
         let Some(r) = rows.first() else { continue };
         let effect_id = plan::parse_effect_id(&id)?;

@@ -31,7 +31,7 @@ use crate::effect::link;
 use crate::effect::LinkKind;
 use crate::error::StoreError;
 use crate::plan;
-use crate::queue::resolution::mark_resolved;
+use crate::queue::resolution::{mark_resolved, RESOLVE};
 use crate::queue::{self, QueueItem, QueueKind, Resolution, ResolutionOutcome};
 use crate::sql::{int, opt_text, text, Tx};
 
@@ -240,13 +240,6 @@ async fn settle_others<T: Tx + Send>(
     Ok(())
 }
 
-/// An open item waiting on a verified effect resolved as its duplicate, found by primary key
-/// alone (see `sql`).
-pub(crate) const RESOLVE_DUPLICATE: &str = "UPDATE queue_items SET status = 'resolved', resolution_outcome = 'duplicate', resolution_ref = $2, \
-     resolution_note = $3, resolution_by = $4, resolved_at = $5, resolution_effect = $6 \
-     WHERE id = $1 \
-     AND (CASE WHEN status = 'open' THEN TRUE ELSE FALSE END)";
-
 /// Resolves every open item waiting on `effect` (but `except`) as a duplicate of it, linked,
 /// with `note`; returns the ids it resolved.
 async fn resolve_waiting<T: Tx + Send>(
@@ -274,9 +267,10 @@ async fn resolve_waiting<T: Tx + Send>(
         // verdict, and this one goes on with the others.
         let n = tx
             .exec(
-                RESOLVE_DUPLICATE,
+                RESOLVE,
                 &[
                     text(id.as_str()),
+                    text(ResolutionOutcome::Duplicate.as_str()),
                     opt_text(r.authoritative_ref.as_deref()),
                     text(note),
                     text(r.by.as_str()),

@@ -87,8 +87,8 @@ pub fn pg_by_key_statements() -> Vec<(&'static str, String, &'static str, &'stat
         ),
         (
             "a waiting item resolved as a duplicate",
-            crate::settlement::RESOLVE_DUPLICATE.to_owned(),
-            "'q', NULL, 'n', 'b', 1, NULL",
+            crate::queue::resolution::RESOLVE.to_owned(),
+            "'q', 'duplicate', NULL, 'n', 'b', 1, 'e'",
             "queue_items_pkey",
         ),
         (
@@ -116,8 +116,8 @@ pub fn pg_by_key_statements() -> Vec<(&'static str, String, &'static str, &'stat
         ),
         (
             "a released effect taken by the forwarder",
-            crate::forward::TAKE_RELEASED.to_owned(),
-            "'e', 1, 1",
+            crate::effect::TAKE_RELEASED.to_owned(),
+            "'e', 1, 'forwarder', 1",
             "effects_pkey",
         ),
         (

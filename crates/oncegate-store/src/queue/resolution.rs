@@ -77,7 +77,9 @@ pub struct ResolutionRecord {
 /// Marks an open item resolved; `Conflict` when it is not open. This guarded update comes
 /// first in every resolution: of two concurrent resolutions exactly one changes the row, and
 /// the other writes nothing.
-/// A resolution's write on its open item, found by primary key alone (see `sql`).
+/// A resolution's write on its open item, found by primary key alone (see `sql`): `$2` the
+/// outcome, `$3` the authoritative reference, `$4` the note, `$5` who, `$6` when (ms), `$7` the
+/// effect it names.
 pub(crate) const RESOLVE: &str = "UPDATE queue_items SET status = 'resolved', resolution_outcome = $2, resolution_ref = $3, resolution_note = $4, \
      resolution_by = $5, resolved_at = $6, resolution_effect = $7 WHERE id = $1 \
      AND (CASE WHEN status = 'open' THEN TRUE ELSE FALSE END)";
