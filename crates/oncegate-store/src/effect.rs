@@ -341,8 +341,8 @@ pub(crate) async fn refusal<T: Tx + Send>(
 }
 
 /// The condition every holder's write must meet: the current token, still reserved, lease
-/// still running; the effect found by primary key alone (see `sql`: the state and the lease
-/// are the `effects_leases` partial index's).
+/// still running; the effect found by primary key alone (see `sql`: the lease is indexed, on
+/// PostgreSQL every effect's in `effects_lease_until`, on SQLite the reserved ones').
 pub(crate) const HOLDER: &str = "id = $1 AND fencing_token = $2 \
      AND (CASE WHEN state = 'reserved' AND lease_until > $3 THEN TRUE ELSE FALSE END)";
 
@@ -434,8 +434,9 @@ pub(crate) fn complete_statement<'a>(
     now: OffsetDateTime,
 ) -> Statement<'a> {
     // Under `HOLDER`: without its CASE, a generic plan chose to scan every reserved effect
-    // through `effects_leases` (and hash-join them to a batch's completes) over the primary
-    // key, once few effects were reserved (`tests/it/plans.rs`).
+    // through their lease index (and hash-join them to a batch's completes) over the primary
+    // key, once few effects were reserved (`tests/it/plans.rs`). It changes no indexed column,
+    // so PostgreSQL makes it in place (schema v12).
     static COMPLETE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
             "UPDATE effects SET state = 'completed', result = $4, updated_at = $3 WHERE {HOLDER}"
@@ -486,6 +487,12 @@ pub(crate) const TAKE_RELEASED: &str = "UPDATE effects SET state = 'reserved', f
      AND (CASE WHEN state = 'released' THEN TRUE ELSE FALSE END) \
      RETURNING fencing_token, first_delivery, tenant, provider, env, event_type, key_value, authoritative_ref, queue_item_id";
 
+/// The released effects, for a claimer to add its filters and order to. A released effect is
+/// the only one without a lease, so PostgreSQL reads them from `effects_unleased` (schema v12:
+/// no index names `state`, so a complete is made in place) and SQLite from `effects_released`.
+pub(crate) const RELEASED: &str =
+    "SELECT e.id FROM effects e WHERE e.lease_until IS NULL AND e.state = 'released'";
+
 /// Hands the oldest released effect to `worker` under the next fencing token and a lease.
 pub(crate) async fn claim<T: Tx + Send>(
     tx: &mut T,
@@ -497,7 +504,7 @@ pub(crate) async fn claim<T: Tx + Send>(
     let now_ms = ms(now);
     let until = now_ms.saturating_add(duration_ms(lease));
     for _ in 0..MAX_ATTEMPTS {
-        let mut q = Query::new("SELECT e.id FROM effects e WHERE e.state = 'released'");
+        let mut q = Query::new(RELEASED);
         q.tenants("e.tenant", tenants);
         q.push(" ORDER BY e.created_at, e.id LIMIT 1");
         q.push(tx.dialect().skip_locked());

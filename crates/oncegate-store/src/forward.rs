@@ -302,7 +302,7 @@ pub(crate) async fn claim<T: Tx + Send>(
     let now_ms = ms(now);
     let until = now_ms.saturating_add(duration_ms(lease));
     for _ in 0..plan::MAX_ATTEMPTS {
-        let mut q = Query::new("SELECT e.id FROM effects e WHERE e.state = 'released' AND (");
+        let mut q = Query::new(&format!("{} AND (", effect::RELEASED));
         for (i, t) in types.iter().enumerate() {
             let p = q.bind(text(t.provider.as_str()));
             let e = q.bind(text(t.event_type.as_str()));

@@ -64,33 +64,61 @@ pub const VERIFY_BEFORE_RETRY: &str = "the reservation's lease expired with neit
 /// The most local effects one resource lists; a resource with more is reconciled by a person.
 const MAX_RESOURCE_EFFECTS: i64 = 1000;
 
+/// How far behind its last pass's bound the lease sweeper starts reading (see
+/// `expire_leases`): twice the longest a batch's transaction may run (`SET LOCAL
+/// statement_timeout = '5s'`), so a lease written by a transaction that committed after a pass
+/// whose bound had already passed it is still read by the next pass.
+pub(crate) const LEASE_SWEEP_MARGIN_MS: i64 = 10_000;
+
+/// The reversible effects whose lease expired in the sweeper's window (`$2`, `$1`], released
+/// for takeover. The window is read from `effects_lease_until` on PostgreSQL (every effect's
+/// lease: a complete keeps its effect's, so it can be made in place; schema v12) and from the
+/// reserved effects' partial index on SQLite.
+pub(crate) const RELEASE_EXPIRED: &str = "UPDATE effects SET state = 'released', fencing_token = fencing_token + 1, \
+     lease_until = NULL, holder = NULL, updated_at = $1 \
+     WHERE lease_until > $2 AND lease_until <= $1 AND state = 'reserved' AND critical = FALSE RETURNING id";
+
+/// The critical effects whose lease expired in the sweeper's window, made `unknown`.
+pub(crate) const UNKNOWN_EXPIRED: &str = "UPDATE effects SET state = 'unknown', updated_at = $1 \
+     WHERE lease_until > $2 AND lease_until <= $1 AND state = 'reserved' \
+     RETURNING id, tenant, provider, env, event_type, strategy_name, strategy_version, strategy_level, key_value, \
+     scope_hash, durable, discriminants, first_delivery, resource, critical";
+
 /// Turns expired reservations into what the product promises instead of a silent re-run:
 /// critical effects become `unknown` with a "verify before retry" reconcile item (unless an
 /// open item already points at them); reversible ones are released for takeover under the next
 /// fencing token, so the late holder's `complete` is refused as stale. Returns every effect it
 /// moved, sorted.
+///
+/// A pass reads the leases that expired since the last pass's bound (`sweep_marks`, kept in the
+/// store so a restart or a sibling instance does not read history again), less
+/// `LEASE_SWEEP_MARGIN_MS`, and moves the bound to `now`: every effect's lease is read by about
+/// one pass, whether the effect is still reserved or long completed. A bound only moves
+/// forward, so a sibling whose clock is behind never narrows another's window.
 pub(crate) async fn expire_leases<T: Tx + Send>(
     tx: &mut T,
     now: OffsetDateTime,
 ) -> Result<Vec<EffectId>> {
     let now_ms = ms(now);
+    let mark = tx
+        .query("SELECT at FROM sweep_marks WHERE name = 'leases'", &[])
+        .await?
+        .first()
+        .map(|r| r.int(0))
+        .transpose()?
+        // A store without a mark was never swept by this version: read every lease once.
+        .unwrap_or(i64::MIN);
+    let from = mark.saturating_sub(LEASE_SWEEP_MARGIN_MS);
     // Each guarded update returns only the rows it moved, so two sweepers never both act on
     // the same effect.
-    let released = tx
-        .query(
-            "UPDATE effects SET state = 'released', fencing_token = fencing_token + 1, lease_until = NULL, holder = NULL, \
-             updated_at = $1 WHERE state = 'reserved' AND lease_until <= $1 AND critical = FALSE RETURNING id",
-            &[int(now_ms)],
-        )
-        .await?;
-    let unknown = tx
-        .query(
-            "UPDATE effects SET state = 'unknown', updated_at = $1 WHERE state = 'reserved' AND lease_until <= $1 \
-             RETURNING id, tenant, provider, env, event_type, strategy_name, strategy_version, strategy_level, key_value, \
-             scope_hash, durable, discriminants, first_delivery, resource, critical",
-            &[int(now_ms)],
-        )
-        .await?;
+    let released = tx.query(RELEASE_EXPIRED, &[int(now_ms), int(from)]).await?;
+    let unknown = tx.query(UNKNOWN_EXPIRED, &[int(now_ms), int(from)]).await?;
+    tx.exec(
+        "INSERT INTO sweep_marks (name, at) VALUES ('leases', $1) \
+         ON CONFLICT (name) DO UPDATE SET at = excluded.at WHERE sweep_marks.at < excluded.at",
+        &[int(now_ms)],
+    )
+    .await?;
     let mut ids = Vec::new();
     for r in &released {
         ids.push(plan::parse_effect_id(&r.text(0)?)?);

@@ -177,7 +177,7 @@ async fn complete_unknown<T: Tx + Send>(
     let n = tx
         .exec(
             &format!(
-                "UPDATE effects SET state = 'completed', result = $3, lease_until = NULL, holder = NULL, \
+                "UPDATE effects SET state = 'completed', result = $3, holder = NULL, \
                  authoritative_ref = COALESCE(authoritative_ref, $4), updated_at = $2 WHERE id = $1 AND {UNKNOWN}"
             ),
             &[text(effect.as_str()), int(ms(at)), text(result), opt_text(reference)],

@@ -56,6 +56,30 @@ pub fn pg_batch_complete_sql() -> String {
     crate::postgres::batch_complete_text()
 }
 
+/// The statement a holder's complete runs outside a batch (`$1` effect id, `$2` token, `$3`
+/// the time in ms, `$4` the result), for tests of how PostgreSQL writes it.
+pub fn pg_complete_sql() -> &'static str {
+    let effect = oncegate_core::ids::EffectId::from_u128(0);
+    crate::effect::complete_statement(&effect, 1, "{}", time::OffsetDateTime::UNIX_EPOCH).0
+}
+
+/// The lease sweeper's two statements (`$1` now, `$2` the window's start, both in ms), for
+/// tests of their plans.
+pub fn pg_lease_sweep_statements() -> [&'static str; 2] {
+    [
+        crate::reconciliation::RELEASE_EXPIRED,
+        crate::reconciliation::UNKNOWN_EXPIRED,
+    ]
+}
+
+/// The claimers' read of released effects, oldest first, for tests of its plan.
+pub fn pg_oldest_released_sql() -> String {
+    format!(
+        "{} ORDER BY e.created_at, e.id LIMIT 1",
+        crate::effect::RELEASED
+    )
+}
+
 /// The invisible-losses sweep's read of the resources seen since a time (`$1` provider, `$2`
 /// type, `$3` the time in ms, `$4` the least effect id of that millisecond), and that id for a
 /// time, for tests of its plan.

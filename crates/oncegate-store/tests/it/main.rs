@@ -126,6 +126,7 @@ mod reconciliation_on {
         reconciliation;
         effects_are_listed_by_resource,
         expired_leases_verify_critical_and_release_reversible,
+        the_lease_sweep_reads_from_its_last_bound,
         attempts_and_evidence_are_recorded,
         a_verified_unknown_outcome_is_completed_not_rerun,
         missing_operations_reach_the_report,

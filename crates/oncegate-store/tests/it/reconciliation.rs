@@ -231,6 +231,69 @@ pub async fn expired_leases_verify_critical_and_release_reversible(b: &Backend) 
         .is_none());
 }
 
+/// The lease sweeper reads the leases that expired since its last pass's bound, less a margin:
+/// a completed effect's lease (a complete keeps it) is read and left alone, and a reservation
+/// whose lease ended before the last pass but was written after it (a transaction that
+/// committed late) is still released by the next pass.
+pub async fn the_lease_sweep_reads_from_its_last_bound(b: &Backend) {
+    let store = b.open().await;
+    let (_, done) = deliver(
+        &store,
+        "d",
+        t0(),
+        "pay_1",
+        false,
+        key("k1", Confidence::Strong),
+    )
+    .await;
+    let done = done.reservation.unwrap();
+    store
+        .complete(&done.effect, done.fencing_token, "{}", t0())
+        .await
+        .unwrap();
+    let first = t0() + LEASE + Duration::seconds(1);
+    assert!(store.expire_leases(first).await.unwrap().is_empty());
+    let straggler_at = first - LEASE - Duration::seconds(5);
+    let (_, straggler) = deliver(
+        &store,
+        "s",
+        straggler_at,
+        "pay_2",
+        false,
+        key("k2", Confidence::Strong),
+    )
+    .await;
+    let straggler = straggler.reservation.unwrap();
+    assert!(straggler.lease_until < first);
+    assert_eq!(
+        store
+            .expire_leases(first + Duration::seconds(1))
+            .await
+            .unwrap(),
+        vec![straggler.effect.clone()]
+    );
+    let e = store.effect(&done.effect).await.unwrap().unwrap();
+    assert_eq!(e.state, EffectState::Completed);
+    assert_eq!(
+        store
+            .effect(&straggler.effect)
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
+        EffectState::Released
+    );
+    // A sibling whose clock is behind neither reads the straggler again nor moves the bound
+    // back.
+    assert!(store.expire_leases(first).await.unwrap().is_empty());
+    let claim = store
+        .claim("w", &TenantFilter::All, LEASE, first + Duration::seconds(2))
+        .await
+        .unwrap()
+        .expect("the released straggler is claimable");
+    assert_eq!(claim.effect, straggler.effect);
+}
+
 pub async fn attempts_and_evidence_are_recorded(b: &Backend) {
     let store = b.open().await;
     let weak = || key("fp", Confidence::Weak);
