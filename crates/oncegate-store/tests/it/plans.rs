@@ -56,17 +56,7 @@ async fn a_batchs_complete_finds_its_effects_by_primary_key() {
     let args = "'{eff_0000001000,eff_0000002000}', '{1,1}', '{1700000000000,1700000000000}', \
                 '{a,b}', '{0,1}'";
     let empty = batch_plan(&admin, &sql, args).await;
-    admin
-        .batch_execute(
-            "INSERT INTO effects (id, tenant, provider, env, scope_hash, durable, state, fencing_token, \
-             lease_until, discriminants, first_delivery, created_at, updated_at) \
-             SELECT 'eff_' || lpad(g::text, 10, '0'), 'acme', 'p', 'live', md5(g::text), false, \
-             CASE WHEN g % 1000 = 0 THEN 'reserved' ELSE 'completed' END, 1, 1700000000000 + g, '{}', \
-             'dlv_' || g, 1700000000000 + g, 1700000000000 + g FROM generate_series(1, 20000) g; \
-             ANALYZE effects",
-        )
-        .await
-        .expect("seed the effects");
+    seed_effects(&admin, 20_000).await;
     let few_reserved = batch_plan(&admin, &sql, args).await;
     for plan in [empty, few_reserved] {
         assert!(plan.contains("Index Scan using effects_pkey"), "{plan}");
