@@ -80,6 +80,21 @@ pub fn pg_oldest_released_sql() -> String {
     )
 }
 
+/// PostgreSQL's migrations up to `version`, each as the store applies it (its DDL, then its
+/// row in `schema_version`), for tests that carry a store of an earlier version over.
+pub fn pg_migrations_through(version: i64) -> String {
+    let mut sql = format!("{};\n", crate::schema::VERSION_TABLE);
+    for (v, migration) in crate::schema::postgres() {
+        if v <= version {
+            sql.push_str(&migration);
+            sql.push_str(&format!(
+                ";\nINSERT INTO schema_version (version, applied_at) VALUES ({v}, 0);\n"
+            ));
+        }
+    }
+    sql
+}
+
 /// The invisible-losses sweep's read of the resources seen since a time (`$1` provider, `$2`
 /// type, `$3` the time in ms, `$4` the least effect id of that millisecond), and that id for a
 /// time, for tests of its plan.

@@ -21,6 +21,7 @@ mod scale;
 mod scenarios;
 mod shadows;
 mod totals;
+mod upgrades;
 
 /// Instantiates each scenario once per backend, as `sqlite::<name>` and `postgres::<name>`.
 macro_rules! conformance {
