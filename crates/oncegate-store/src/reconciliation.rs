@@ -65,9 +65,14 @@ pub const VERIFY_BEFORE_RETRY: &str = "the reservation's lease expired with neit
 const MAX_RESOURCE_EFFECTS: i64 = 1000;
 
 /// How far behind its last pass's bound the lease sweeper starts reading (see
-/// `expire_leases`): twice the longest a batch's transaction may run (`SET LOCAL
+/// `expire_leases`): twice the longest a batch's statement may run (`SET LOCAL
 /// statement_timeout = '5s'`), so a lease written by a transaction that committed after a pass
-/// whose bound had already passed it is still read by the next pass.
+/// whose bound had already passed it (or by an instance whose clock is a few seconds behind) is
+/// still read by the next pass. A lease committed later still than that (a write that waited
+/// longer than its own lease plus this margin) stays reserved with its lease past: every
+/// decision reads it as `unknown` and every holder's write is refused (`plan::effective_state`,
+/// `effect::HOLDER`), so nothing runs twice; only its "verify before retry" item waits for the
+/// next delivery of its key.
 pub(crate) const LEASE_SWEEP_MARGIN_MS: i64 = 10_000;
 
 /// The reversible effects whose lease expired in the sweeper's window (`$2`, `$1`], released
