@@ -88,8 +88,19 @@ async fn unique_indexes(admin: &tokio_postgres::Client) -> BTreeMap<String, BTre
 
 /// Each table's sequential scans and each index's scans, as the statistics hold them once every
 /// other connection to the database has closed (a backend's counts reach the shared statistics
-/// when it exits).
+/// when it exits) and `admin`'s own reads are counted: a backend that stays connected reports
+/// its counts when it goes idle, but at most once a second (PostgreSQL 15), so its reads made
+/// just before one call could otherwise land between that call and the next.
 pub(crate) async fn scans(admin: &tokio_postgres::Client) -> BTreeMap<String, i64> {
+    // Reported when this statement ends and the connection goes idle (PostgreSQL 15 and later;
+    // older servers report sooner and have no such function).
+    admin
+        .batch_execute(
+            "DO $$ BEGIN PERFORM pg_stat_force_next_flush(); \
+             EXCEPTION WHEN undefined_function THEN NULL; END $$",
+        )
+        .await
+        .expect("report this connection's counts");
     for _ in 0..100 {
         let others: i64 = admin
             .query_one(
