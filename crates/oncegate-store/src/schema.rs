@@ -272,8 +272,9 @@ pub(crate) fn postgres() -> Vec<(i64, String)> {
 /// PostgreSQL rewrites every index of a row whose update changes a column any index names, in
 /// its keys or its predicate: `state` was in the predicates of `effects_leases` (the sweeper's
 /// reserved effects) and `effects_released` (the claimers'), so every complete wrote a new
-/// tuple and three index entries. Measured in the load bench: the completes' statement 33 → 12–15
-/// µs per decision, PostgreSQL's CPU per decision 7–14 % less.
+/// tuple and three index entries. Measured in the load bench (`docs/performance.md`): the
+/// completes' statement 31–33 → 12–15 µs per decision, PostgreSQL's CPU per decision 9 % less
+/// on average over four runs of each.
 ///
 /// - The sweeper reads expired leases from `effects_lease_until`, an index of every effect's
 ///   `lease_until` (a complete keeps its effect's), in windows: from the bound of its last pass,
