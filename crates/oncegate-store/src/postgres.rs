@@ -312,7 +312,7 @@ async fn migrate(pool: &Pool) -> Result<()> {
     loop {
         attempt += 1;
         let mut client = pool.get().await.map_err(pool_err)?;
-        match migrate_with(&mut client).await {
+        match migrate_with(&mut client, schema::known_version()).await {
             Ok(()) => return Ok(()),
             Err(e @ StoreError::SchemaTooNew { .. }) => return Err(e),
             Err(e) if attempt >= 3 => return Err(e),
@@ -321,7 +321,9 @@ async fn migrate(pool: &Pool) -> Result<()> {
     }
 }
 
-async fn migrate_with(client: &mut connection::Client) -> Result<()> {
+/// Applies the migrations after the database's version, up to `through` (`known_version()`,
+/// except in tests that build a store of an earlier version).
+pub(crate) async fn migrate_with(client: &mut tokio_postgres::Client, through: i64) -> Result<()> {
     // An up-to-date schema needs no DDL at all, so the instances can run as a role that may
     // only read and write the tables (the migrations run once, as their owner).
     let current = client
@@ -349,7 +351,7 @@ async fn migrate_with(client: &mut connection::Client) -> Result<()> {
         });
     }
     for (version, sql) in schema::postgres() {
-        if version > current {
+        if version > current && version <= through {
             tx.batch_execute(&sql).await.map_err(pg_err)?;
             tx.execute(
                 "INSERT INTO schema_version (version, applied_at) VALUES ($1, $2) ON CONFLICT (version) DO NOTHING",

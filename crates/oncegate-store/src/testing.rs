@@ -80,19 +80,18 @@ pub fn pg_oldest_released_sql() -> String {
     )
 }
 
-/// PostgreSQL's migrations up to `version`, each as the store applies it (its DDL, then its
-/// row in `schema_version`), for tests that carry a store of an earlier version over.
-pub fn pg_migrations_through(version: i64) -> String {
-    let mut sql = format!("{};\n", crate::schema::VERSION_TABLE);
-    for (v, migration) in crate::schema::postgres() {
-        if v <= version {
-            sql.push_str(&migration);
-            sql.push_str(&format!(
-                ";\nINSERT INTO schema_version (version, applied_at) VALUES ({v}, 0);\n"
-            ));
-        }
-    }
-    sql
+/// Migrates the PostgreSQL database at `url` up to `version` with the store's own migrations,
+/// for tests that carry a store of an earlier version over.
+pub async fn pg_migrate_through(url: &str, version: i64) {
+    let (mut client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    crate::postgres::migrate_with(&mut client, version)
+        .await
+        .unwrap_or_else(|e| panic!("migrating {url} to version {version}: {e}"));
 }
 
 /// The invisible-losses sweep's read of the resources seen since a time (`$1` provider, `$2`

@@ -186,7 +186,7 @@ async fn a_complete_is_made_in_place() {
             "eff_0000002000",
         ),
     ] {
-        // The session's counts not yet reported are read with the transaction's: the
+        // The connection's counts not yet reported are read with the transaction's: the
         // difference is this statement's.
         let counts = "SELECT pg_stat_get_xact_tuples_updated('effects'::regclass), \
                       pg_stat_get_xact_tuples_hot_updated('effects'::regclass)";

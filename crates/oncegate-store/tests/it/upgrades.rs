@@ -15,11 +15,8 @@ use crate::harness::Backend;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn version_12_keeps_expired_leases_and_released_effects_found() {
     let b = Backend::postgres().await;
+    oncegate_store::testing::pg_migrate_through(&b.url, 11).await;
     let admin = oncegate_store::testing::pg_admin(&b.url).await;
-    admin
-        .batch_execute(&oncegate_store::testing::pg_migrations_through(11))
-        .await
-        .expect("a store of version 11");
     let t0 = OffsetDateTime::from_unix_timestamp(1_760_000_000).expect("a time");
     let ms = |t: OffsetDateTime| (t.unix_timestamp_nanos() / 1_000_000) as i64;
     let id = |n: u128| EffectId::from_u128((ms(t0) as u128) << 80 | n);
