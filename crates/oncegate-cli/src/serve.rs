@@ -139,33 +139,60 @@ pub async fn run(o: Options<'_>) -> Result<()> {
     if config.tokens.is_empty() {
         tracing::warn!("no bearer tokens configured (ONCEGATE_TOKENS): only signed provider posts are accepted and operator routes are closed");
     }
+    let shutdown = Shutdown::listen()?;
     let listener = tokio::net::TcpListener::bind(o.listen)
         .await
         .with_context(|| format!("listening on {}", o.listen))?;
     tracing::info!(address = %listener.local_addr()?, store = %location, contract = %contract.source, "oncegate serving");
-    oncegate_server::serve(listener, config, shutdown()).await?;
+    oncegate_server::serve(listener, config, shutdown.received()).await?;
     tracing::info!("stopped: in-flight decisions finished");
     Ok(())
 }
 
-/// The store's kind without its credentials, for logs.
-async fn shutdown() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// SIGINT and SIGTERM, listened for from the moment this is made.
+///
+/// Tokio installs a signal's handler only when its stream is made; a future that makes it on
+/// its first poll leaves the default action (end the process, status "killed by signal") in
+/// place until the server first polls it, which is after the address is logged. A supervisor
+/// that stops the service as soon as it is up would kill it mid-start, so the streams are made
+/// before the listener is bound.
+struct Shutdown {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Shutdown {
+    fn listen() -> Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Self {
+                interrupt: signal(SignalKind::interrupt()).context("listening for SIGINT")?,
+                terminate: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
+            })
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    /// Resolves on the first of the signals.
+    async fn received(self) {
+        #[cfg(unix)]
+        {
+            let Self {
+                mut interrupt,
+                mut terminate,
+            } = self;
+            tokio::select! {
+                _ = interrupt.recv() => {},
+                _ = terminate.recv() => {},
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

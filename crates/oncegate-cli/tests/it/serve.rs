@@ -145,6 +145,17 @@ pub(crate) fn stop(mut server: Server) {
     panic!("serve did not stop within 10 s of SIGTERM");
 }
 
+/// A supervisor may stop the service the moment it says it listens: from that line on, SIGTERM
+/// is a graceful stop, never the default action that kills the process mid-start.
+#[test]
+fn serve_stops_gracefully_on_sigterm_sent_as_soon_as_it_listens() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("early.db");
+    for _ in 0..5 {
+        stop(start(&format!("sqlite://{}", db.display())));
+    }
+}
+
 #[tokio::test]
 async fn serve_answers_on_sqlite_and_stops_gracefully() {
     let dir = tempfile::tempdir().unwrap();
