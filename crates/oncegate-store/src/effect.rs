@@ -263,6 +263,41 @@ pub(crate) fn record_from(row: &Row) -> Result<EffectRecord> {
 }
 
 /// The effect with every delivery linked to it.
+/// The states of the effects `ids` as of `now_ms`, by id, in one read: a reservation whose
+/// lease passed reads as unknown, as every decision reads it (`plan::effective_state`); an id
+/// with no effect is absent.
+///
+/// The list of ids is padded to a power of two with its last id, so the statement's text
+/// takes a handful of shapes (each prepared once per PostgreSQL connection), not one per
+/// length.
+pub(crate) async fn states<T: Tx + Send>(
+    tx: &mut T,
+    ids: &[EffectId],
+    now_ms: i64,
+) -> Result<BTreeMap<EffectId, EffectState>> {
+    let Some(last) = ids.last() else {
+        return Ok(BTreeMap::new());
+    };
+    let mut q = Query::new("SELECT id, state, lease_until FROM effects WHERE id IN (");
+    let padded = ids
+        .iter()
+        .chain(std::iter::repeat(last))
+        .take(ids.len().next_power_of_two());
+    let placeholders: Vec<String> = padded.map(|id| q.bind(text(id.as_str()))).collect();
+    q.push(&placeholders.join(", "));
+    q.push(")");
+    let rows = tx.query(&q.sql, &q.params).await?;
+    rows.iter()
+        .map(|row| {
+            let state = plan::parse_state(&row.text(1)?)?;
+            Ok((
+                plan::parse_effect_id(&row.text(0)?)?,
+                plan::effective_state(state, row.opt_int(2)?, now_ms),
+            ))
+        })
+        .collect()
+}
+
 pub(crate) async fn read<T: Tx + Send>(tx: &mut T, id: &EffectId) -> Result<Option<EffectRecord>> {
     let sql = format!("SELECT {EFFECT_COLS} FROM effects e WHERE e.id = $1");
     let rows = tx.query(&sql, &[text(id.as_str())]).await?;

@@ -17,7 +17,7 @@ use crate::effect::{self, EFFECT_COLS};
 use crate::error::StoreError;
 use crate::plan;
 use crate::queue::{self, resolution, QueueItem, Resolution, ResolutionOutcome, QUEUE_COLS};
-use crate::sql::{int, opt_text, text, Query, Row, Tx, Value};
+use crate::sql::{int, opt_text, text, Query, Row, Statement, Tx, Value};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -221,30 +221,30 @@ pub(crate) const RECORD_ATTEMPT: &str = "UPDATE queue_items SET attempts = attem
      WHERE id = $1 \
      AND (CASE WHEN status = 'open' THEN TRUE ELSE FALSE END)";
 
-/// Records an attempt that left the item open. A resolved item is a `Conflict`.
-pub(crate) async fn record_attempt<T: Tx + Send>(
+/// Records the attempts that left items open, each on its item by primary key, all in one
+/// transaction (and, on PostgreSQL, one round trip): for each attempt, whether it was recorded.
+/// An item resolved meanwhile (by another instance, or a person) takes no more attempts:
+/// `false`, and nothing else of the list is refused with it.
+pub(crate) async fn record_attempts<T: Tx + Send>(
     tx: &mut T,
-    id: &QueueItemId,
-    attempt: &ReconcileAttempt,
-) -> Result<QueueItem> {
-    let n = tx
-        .exec(
-            RECORD_ATTEMPT,
-            &[
-                text(id.as_str()),
-                int(ms(attempt.at)),
-                text(attempt.error.as_str()),
-                opt_text(attempt.evidence.as_deref()),
-            ],
-        )
-        .await?;
-    let item = item_or_missing(tx, id).await?;
-    if n == 0 {
-        return Err(StoreError::Conflict(format!(
-            "queue item {id} is already resolved"
-        )));
-    }
-    Ok(item)
+    attempts: &[(QueueItemId, ReconcileAttempt)],
+) -> Result<Vec<bool>> {
+    let statements: Vec<Statement> = attempts
+        .iter()
+        .map(|(id, attempt)| {
+            (
+                RECORD_ATTEMPT,
+                vec![
+                    text(id.as_str()),
+                    int(ms(attempt.at)),
+                    text(attempt.error.as_str()),
+                    opt_text(attempt.evidence.as_deref()),
+                ],
+            )
+        })
+        .collect();
+    let counts = tx.exec_all(&statements).await?;
+    Ok(counts.into_iter().map(|n| n > 0).collect())
 }
 
 /// Resolves an item like `resolve`, keeping the evidence the verdict rests on. A `duplicate`

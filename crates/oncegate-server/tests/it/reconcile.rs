@@ -599,6 +599,56 @@ pub async fn a_queued_item_is_attempted_as_soon_as_it_is_queued(kind: Kind) {
     s.stop().await;
 }
 
+/// A pass woken by a queued item attempts the new item only: an item waiting for its retry is
+/// the poll's, however many wake-ups come meanwhile (under a burst of collisions each pass read
+/// again every item attempted before).
+pub async fn a_woken_pass_attempts_only_the_new_items(kind: Kind) {
+    let (fake, base) = authority().await;
+    fake.mode(Mode::Down);
+    let (s, _) = start(kind, &base, Some(Duration::from_secs(3600))).await;
+    let collision = |payment: &'static str| {
+        let s = &s;
+        async move {
+            let first = s
+                .payflow("acme", &refund(payment, "900", "2024-05-03T09:00:00Z"))
+                .await;
+            complete(s, &first, json!({"refund": "local_1"})).await;
+            let second = s
+                .payflow("acme", &refund(payment, "900", "2024-05-03T09:04:00Z"))
+                .await;
+            assert_eq!(second.str("action"), "reconcile", "{}", second.text);
+            second.str("delivery_id").to_owned()
+        }
+    };
+    let older = collision("pay_n1").await;
+    wait_for(
+        &s,
+        &older,
+        "the first item is attempted on its wake-up",
+        |i| i["reconcile_attempts"] == 1,
+    )
+    .await;
+    // Its retry is due after at most 100 ms (`retry_base`); the next wake-ups come later.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for payment in ["pay_n2", "pay_n3"] {
+        let newer = collision(payment).await;
+        wait_for(
+            &s,
+            &newer,
+            "the new item is attempted on its wake-up",
+            |i| i["reconcile_attempts"] == 1,
+        )
+        .await;
+    }
+    let item = queue_item(&s, &older).await;
+    assert_eq!(item["status"], "open", "{item}");
+    assert_eq!(
+        item["reconcile_attempts"], 1,
+        "the wake-ups left the older item to the poll: {item}"
+    );
+    s.stop().await;
+}
+
 /// A provider reusing a refund request reference for a second refund of another amount: the
 /// collision is quarantined, and the authority's list tells the two refunds apart.
 pub async fn a_collision_is_settled_through_the_authority(kind: Kind) {

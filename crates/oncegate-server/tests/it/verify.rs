@@ -226,3 +226,57 @@ pub async fn without_a_verifier_an_unknown_outcome_waits_for_a_person(kind: Kind
     assert!(claim(&s).await.is_empty(), "never re-run blindly");
     s.stop().await;
 }
+
+/// A pass over many items writes their attempts once: each item left to a person takes its
+/// attempt, and on PostgreSQL all of them commit in one transaction (one `xmin` on their rows),
+/// not one transaction each (a burst of collisions would otherwise cost the database a commit
+/// per item on every pass).
+pub async fn a_pass_writes_its_attempts_in_one_transaction(kind: Kind) {
+    let mut captured = None;
+    let s = Service::start_with(kind, |c| {
+        c.reconciler.every = None;
+        captured = Some(c.clone());
+    })
+    .await;
+    let config = captured.unwrap();
+    let mut effects = Vec::new();
+    for n in 0..6 {
+        let (_, effect, _) = crashed_refund(&s, &config, &format!("pay_p{n}")).await;
+        effects.push(effect);
+    }
+    let run = reconcile_once(&config).await.unwrap();
+    assert_eq!(run.items.len(), 6, "{run:?}");
+    assert!(run.items.iter().all(|i| i.verdict == "open"), "{run:?}");
+    let mut ids = Vec::new();
+    for effect in &effects {
+        let [item] = &items_of(&s, effect).await[..] else {
+            panic!("one verify item for {effect}");
+        };
+        assert_eq!(item["status"], "open", "{item}");
+        assert_eq!(item["reconcile_attempts"], 1, "{item}");
+        assert!(
+            item["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("only the consumer can say")),
+            "{item}"
+        );
+        ids.push(item["queue_item_id"].as_str().unwrap().to_owned());
+    }
+    if kind == Kind::Postgres {
+        let url = &s.backend.as_ref().unwrap().url;
+        let client = oncegate::store::testing::pg_admin(url).await;
+        let row = client
+            .query_one(
+                "SELECT count(DISTINCT xmin::text) FROM queue_items WHERE id = ANY($1)",
+                &[&ids],
+            )
+            .await
+            .unwrap();
+        let transactions: i64 = row.get(0);
+        assert_eq!(
+            transactions, 1,
+            "the pass's attempts were written by one transaction"
+        );
+    }
+    s.stop().await;
+}

@@ -1,12 +1,14 @@
 //! The store's calls on effects beyond the decision: a holder's failure and heartbeat, an
 //! effect read back, and claims of released work.
 
+use std::collections::BTreeMap;
+
 use oncegate_core::ids::EffectId;
 use time::{Duration, OffsetDateTime};
 
 use super::{Result, Store};
 use crate::delivery::TenantFilter;
-use crate::effect::{self, Claim, EffectRecord};
+use crate::effect::{self, Claim, EffectRecord, EffectState};
 
 impl Store {
     /// Records a failure; a retryable one lets the next delivery of the key take over.
@@ -46,6 +48,24 @@ impl Store {
     pub async fn effect(&self, id: &EffectId) -> Result<Option<EffectRecord>> {
         self.read(id.clone(), |tx, id| Box::pin(effect::read(tx, id)))
             .await
+    }
+
+    /// The states of several effects as of `now`, by id, in one read: a reservation whose
+    /// lease passed reads as unknown, as every decision reads it; an id with no effect is
+    /// absent. The reconciler reads its pass's effects with it.
+    pub async fn effect_states(
+        &self,
+        ids: &[EffectId],
+        now: OffsetDateTime,
+    ) -> Result<BTreeMap<EffectId, EffectState>> {
+        if ids.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let now_ms = crate::codes::ms(now);
+        self.read(ids.to_vec(), move |tx, ids| {
+            Box::pin(effect::states(tx, ids, now_ms))
+        })
+        .await
     }
 
     /// The tenant of an effect, in one look-up (what a holder's call checks its caller

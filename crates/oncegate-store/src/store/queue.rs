@@ -81,14 +81,19 @@ impl Store {
         .await
     }
 
-    /// Records an attempt that left an item open (shown in the queue listing).
-    pub async fn record_reconcile_attempt(
+    /// Records the attempts that left items open (each shown in the queue listing with its
+    /// item), in one write: for each, whether it was recorded, `false` for an item resolved
+    /// meanwhile, which takes no more attempts. The reconciler records a pass's attempts
+    /// together, so a pass over many items costs one commit, not one each.
+    pub async fn record_reconcile_attempts(
         &self,
-        item: &QueueItemId,
-        attempt: ReconcileAttempt,
-    ) -> Result<QueueItem> {
-        self.write(true, (item.clone(), attempt), |tx, (item, attempt)| {
-            Box::pin(reconciliation::record_attempt(tx, item, attempt))
+        attempts: &[(QueueItemId, ReconcileAttempt)],
+    ) -> Result<Vec<bool>> {
+        if attempts.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.write(true, attempts.to_vec(), |tx, attempts| {
+            Box::pin(reconciliation::record_attempts(tx, attempts))
         })
         .await
     }

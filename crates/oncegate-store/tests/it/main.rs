@@ -129,6 +129,7 @@ mod reconciliation_on {
         expired_leases_verify_critical_and_release_reversible,
         the_lease_sweep_reads_from_its_last_bound,
         attempts_and_evidence_are_recorded,
+        a_pass_records_its_attempts_together,
         a_verified_unknown_outcome_is_completed_not_rerun,
         missing_operations_reach_the_report,
         items_that_keep_failing_go_to_the_back,

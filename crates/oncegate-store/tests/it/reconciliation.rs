@@ -308,17 +308,19 @@ pub async fn attempts_and_evidence_are_recorded(b: &Backend) {
     let item = queued.queue_item.unwrap();
 
     let at = t0() + Duration::seconds(5);
-    let after = store
-        .record_reconcile_attempt(
-            &item,
+    let recorded = store
+        .record_reconcile_attempts(&[(
+            item.clone(),
             ReconcileAttempt {
                 at,
                 error: "the authority answered HTTP 503".to_owned(),
                 evidence: None,
             },
-        )
+        )])
         .await
         .unwrap();
+    assert_eq!(recorded, vec![true]);
+    let after = store.queue_item(&item).await.unwrap().unwrap();
     assert_eq!(after.status, QueueStatus::Open);
     assert_eq!(after.reconcile_attempts, 1);
     assert_eq!(after.last_attempt_at, Some(at));
@@ -359,20 +361,135 @@ pub async fn attempts_and_evidence_are_recorded(b: &Backend) {
         2
     );
     // A resolved item takes no more attempts.
-    match store
-        .record_reconcile_attempt(
-            &item,
-            ReconcileAttempt {
+    let late = ReconcileAttempt {
+        at: at + Duration::seconds(1),
+        error: "late".to_owned(),
+        evidence: None,
+    };
+    assert_eq!(
+        store
+            .record_reconcile_attempts(&[(item.clone(), late)])
+            .await
+            .unwrap(),
+        vec![false]
+    );
+    let unchanged = store.queue_item(&item).await.unwrap().unwrap();
+    assert_eq!(unchanged.reconcile_attempts, 1);
+    assert_eq!(unchanged.last_attempt_at, Some(at));
+}
+
+/// A pass's attempts go in one write: each open item takes its own, an item resolved meanwhile
+/// takes none and refuses nothing of the rest; and the effects the items wait on are read in
+/// one look-up, a reservation whose lease passed reading as unknown.
+pub async fn a_pass_records_its_attempts_together(b: &Backend) {
+    let store = b.open().await;
+    let mut items = Vec::new();
+    let mut effects = Vec::new();
+    for n in 0..5 {
+        let resource = format!("pay_{n}");
+        let (_, first) = deliver(
+            &store,
+            "a",
+            t0(),
+            &resource,
+            true,
+            key(&resource, Confidence::Weak),
+        )
+        .await;
+        effects.push(first.reservation.unwrap());
+        let (_, queued) = deliver(
+            &store,
+            "b",
+            t0(),
+            &resource,
+            true,
+            key(&resource, Confidence::Weak),
+        )
+        .await;
+        items.push(queued.queue_item.expect("a collision is queued"));
+    }
+    let at = t0() + Duration::seconds(5);
+    store
+        .resolve(
+            &items[2],
+            Resolution {
+                outcome: ResolutionOutcome::Duplicate,
+                authoritative_ref: None,
+                note: "settled by a person".to_owned(),
+                by: "ops".to_owned(),
                 at,
-                error: "late".to_owned(),
-                evidence: None,
             },
         )
         .await
-    {
-        Err(StoreError::Conflict(_)) => {}
-        other => panic!("expected Conflict, got {other:?}"),
+        .unwrap();
+    let attempts: Vec<_> = items
+        .iter()
+        .enumerate()
+        .map(|(n, id)| {
+            (
+                id.clone(),
+                ReconcileAttempt {
+                    at,
+                    error: format!("attempt on item {n}"),
+                    evidence: (n == 4).then(|| r#"{"verdict":"inconclusive"}"#.to_owned()),
+                },
+            )
+        })
+        .collect();
+    let recorded = store.record_reconcile_attempts(&attempts).await.unwrap();
+    assert_eq!(recorded, vec![true, true, false, true, true]);
+    for (n, id) in items.iter().enumerate() {
+        let item = store.queue_item(id).await.unwrap().unwrap();
+        if n == 2 {
+            assert_eq!(item.status, QueueStatus::Resolved);
+            assert_eq!(
+                item.reconcile_attempts, 0,
+                "a resolved item takes no attempt"
+            );
+            continue;
+        }
+        assert_eq!(item.status, QueueStatus::Open);
+        assert_eq!(item.reconcile_attempts, 1);
+        assert_eq!(item.last_attempt_at, Some(at));
+        assert_eq!(item.last_error, Some(format!("attempt on item {n}")));
+        assert_eq!(
+            item.last_evidence.is_some(),
+            n == 4,
+            "each attempt keeps its own evidence"
+        );
     }
+    assert!(store
+        .record_reconcile_attempts(&[])
+        .await
+        .unwrap()
+        .is_empty());
+
+    // The effects' states: the first completed, the rest reserved; read after their leases
+    // passed, those reservations read as unknown. An id with no effect is absent.
+    store
+        .complete(&effects[0].effect, effects[0].fencing_token, "{}", t0())
+        .await
+        .unwrap();
+    let mut ids: Vec<_> = effects.iter().map(|r| r.effect.clone()).collect();
+    ids.push(oncegate_core::ids::EffectId::from_u128(7));
+    let within = store
+        .effect_states(&ids, t0() + Duration::seconds(1))
+        .await
+        .unwrap();
+    let after = store.effect_states(&ids, t0() + LEASE).await.unwrap();
+    assert_eq!(within.len(), 5, "{within:?}");
+    assert_eq!(within[&ids[0]], EffectState::Completed);
+    assert_eq!(after[&ids[0]], EffectState::Completed);
+    for id in &ids[1..5] {
+        assert_eq!(within[id], EffectState::Reserved);
+        assert_eq!(
+            after[id],
+            EffectState::Unknown,
+            "a lease that passed reads as unknown"
+        );
+    }
+    assert!(!after.contains_key(&ids[5]));
+    assert!(store.effect_states(&[], t0()).await.unwrap().is_empty());
 }
 
 pub async fn a_verified_unknown_outcome_is_completed_not_rerun(b: &Backend) {
@@ -522,14 +639,14 @@ pub async fn items_that_keep_failing_go_to_the_back(b: &Backend) {
     let items = store.open_reconcile_items(10, None).await.unwrap();
     assert_eq!(order(items.clone()), vec![older.clone(), newer.clone()]);
     store
-        .record_reconcile_attempt(
-            &items[0].id,
+        .record_reconcile_attempts(&[(
+            items[0].id.clone(),
             ReconcileAttempt {
                 at: t0() + Duration::seconds(5),
                 error: "no answer".to_owned(),
                 evidence: None,
             },
-        )
+        )])
         .await
         .unwrap();
     let items = store.open_reconcile_items(10, None).await.unwrap();

@@ -152,9 +152,14 @@ struct Run<'a> {
     metrics: Option<&'a ReconcileMetrics>,
     /// `None` attempts every open item (`oncegate reconcile --once`, an operator's explicit run).
     retry: Option<(Duration, Duration)>,
+    /// Attempts only the items never attempted (a pass woken by queued items).
+    fresh_only: bool,
     /// Items this run already settled along with another (all the items waiting on one
     /// effect whose outcome the consumer verified), skipped when their turn comes.
     settled: std::sync::Mutex<std::collections::HashSet<QueueItemId>>,
+    /// The attempts that left items open, recorded together once the pass went through its
+    /// items (see `items`).
+    attempts: std::sync::Mutex<Vec<(QueueItemId, ReconcileAttempt)>>,
 }
 
 impl<'a> Run<'a> {
@@ -173,7 +178,9 @@ impl<'a> Run<'a> {
             client,
             metrics: worker.map(|_| &gate.metrics().reconcile),
             retry: worker,
+            fresh_only: false,
             settled: Default::default(),
+            attempts: Default::default(),
         }
     }
 }
@@ -205,18 +212,24 @@ pub(crate) async fn run_forever(gate: Gate, settings: ReconcilerSettings, client
     loop {
         // Whichever comes first: an item queued in this process, or the fallback poll (items
         // queued by another instance, items whose retry became due).
-        tokio::select! {
-            _ = tick.tick() => {}
+        let woken = tokio::select! {
+            _ = tick.tick() => false,
             _ = gate.wake().notified() => {
                 // The items queued in the same moment make one pass, not one pass each.
                 tokio::time::sleep(WAKE_GATHER).await;
+                true
             }
-        }
-        let run = Run::new(
+        };
+        let mut run = Run::new(
             &gate,
             &client,
             Some((settings.retry_base, settings.retry_cap)),
         );
+        // A pass woken by queued items attempts those, the items never attempted; the items
+        // waiting for a retry are the fallback poll's. Under a burst of collisions the wakes
+        // come every `WAKE_GATHER`, and each pass read again, to the list's limit, the items
+        // attempted before whose retry was not due yet.
+        run.fresh_only = woken;
         if let Err(e) = run.items().await {
             tracing::debug!(error = %e, "reconciliation skipped");
             continue;
@@ -266,17 +279,35 @@ impl Run<'_> {
             <= self.now
     }
 
+    /// One pass over the open items that are due. What the pass needs of the store beyond
+    /// each item's own settlement is read and written once for all its items: the states of
+    /// the effects the items wait on, in one read first, and the attempts that left items
+    /// open, in one write last. Under a burst of collisions a pass holds dozens of items; one
+    /// read and one write of their own each would cost the database a transaction per item.
     async fn items(&self) -> Result<Vec<ItemReport>, ReconcileError> {
         // No item attempted within the shortest backoff is due: those are left in the index.
-        let attempted_by = self
-            .retry
-            .map(|(base, cap)| self.now - crate::gate::to_time(shortest_retry_delay(base, cap)));
-        let items = self
+        // A fresh-only pass reads the items never attempted (no attempt is at or before 0).
+        let attempted_by = if self.fresh_only {
+            Some(OffsetDateTime::UNIX_EPOCH)
+        } else {
+            self.retry
+                .map(|(base, cap)| self.now - crate::gate::to_time(shortest_retry_delay(base, cap)))
+        };
+        let items: Vec<QueueItem> = self
             .store
             .open_reconcile_items(ITEMS_PER_RUN, attempted_by)
-            .await?;
+            .await?
+            .into_iter()
+            .filter(|i| self.due(i))
+            .collect();
+        let waited_on: std::collections::BTreeSet<EffectId> = items
+            .iter()
+            .filter_map(|i| i.existing_effect.clone())
+            .collect();
+        let waited_on: Vec<EffectId> = waited_on.into_iter().collect();
+        let states = self.store.effect_states(&waited_on, self.now).await?;
         let mut out = Vec::with_capacity(items.len());
-        for item in items.into_iter().filter(|i| self.due(i)) {
+        for item in &items {
             if self
                 .settled
                 .lock()
@@ -285,7 +316,7 @@ impl Run<'_> {
             {
                 continue;
             }
-            match self.item(&item).await {
+            match self.item(item, &states).await {
                 Ok(report) => out.push(report),
                 // Another instance settled it meanwhile.
                 Err(StoreError::Conflict(_)) => {}
@@ -295,46 +326,63 @@ impl Run<'_> {
                 }
             }
         }
+        let attempts =
+            std::mem::take(&mut *self.attempts.lock().unwrap_or_else(|p| p.into_inner()));
+        let recorded = self.store.record_reconcile_attempts(&attempts).await?;
+        // An item resolved meanwhile (by another instance, a person, or this pass along with
+        // another item) took no attempt: it is not reported open.
+        let resolved: std::collections::HashSet<&QueueItemId> = attempts
+            .iter()
+            .zip(&recorded)
+            .filter(|(_, recorded)| !**recorded)
+            .map(|((id, _), _)| id)
+            .collect();
+        out.retain(|r| !(r.verdict == "open" && resolved.contains(&r.item)));
         Ok(out)
     }
 
-    /// Leaves the item open with the attempt recorded.
-    async fn keep_open(
+    /// Leaves the item open; its attempt is recorded with the pass's others (see `items`).
+    fn keep_open(
         &self,
         item: &QueueItem,
         outcome: &str,
         why: String,
         evidence: Option<Evidence>,
-    ) -> Result<ItemReport, StoreError> {
+    ) -> ItemReport {
         self.count(outcome);
         // Recorded every time, also when nothing changed: the attempt time is what sends the
         // item to the back of the next run's list.
-        self.store
-            .record_reconcile_attempt(
-                &item.id,
+        self.attempts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((
+                item.id.clone(),
                 ReconcileAttempt {
                     at: self.now,
                     error: why.clone(),
                     evidence: evidence.map(|e| e.to_json()),
                 },
-            )
-            .await?;
-        Ok(ItemReport {
+            ));
+        ItemReport {
             item: item.id.clone(),
             delivery: item.delivery.clone(),
             verdict: "open",
             authoritative_ref: None,
             effect: None,
             summary: why,
-        })
+        }
     }
 
-    async fn item(&self, item: &QueueItem) -> Result<ItemReport, StoreError> {
+    async fn item(
+        &self,
+        item: &QueueItem,
+        states: &BTreeMap<EffectId, EffectState>,
+    ) -> Result<ItemReport, StoreError> {
         let t = item
             .event_type
             .as_deref()
             .and_then(|name| self.contract.event_type(&item.provider, name));
-        if let Some(report) = self.unknown_outcome(item, t).await? {
+        if let Some(report) = self.unknown_outcome(item, t, states).await? {
             return Ok(report);
         }
         let Some((t, authority)) = t.and_then(|t| t.authority.as_ref().map(|a| (t, a))) else {
@@ -343,14 +391,12 @@ impl Run<'_> {
             // list under the retry backoff. Left unrecorded, such items stayed first in every
             // pass, each re-read with its effect on every wake-up, and past a pass's worth of
             // them no other item was ever reached.
-            return self
-                .keep_open(
-                    item,
-                    "no_authority",
-                    "the type has no authority to ask: a person resolves it".to_owned(),
-                    None,
-                )
-                .await;
+            return Ok(self.keep_open(
+                item,
+                "no_authority",
+                "the type has no authority to ask: a person resolves it".to_owned(),
+                None,
+            ));
         };
         // The payload gives the resource (for items queued before it was stored) and any
         // `{/json/pointer}` hole of the URL.
@@ -377,14 +423,12 @@ impl Run<'_> {
             }
         });
         let (Some(url_resource), Some(resource)) = (url_resource, stored) else {
-            return self
-                .keep_open(
+            return Ok(self.keep_open(
                     item,
                     "error",
                     "the delivery's resource is unknown (its payload may have been purged): a person resolves it".to_owned(),
                     None,
-                )
-                .await;
+                ));
         };
         let ctx = UrlContext {
             tenant: &item.tenant,
@@ -397,7 +441,7 @@ impl Run<'_> {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!(queue_item = %item.id, delivery_id = %item.delivery, error = %e, "the authority could not be asked; the item stays open");
-                return self.keep_open(item, "error", e.to_string(), None).await;
+                return Ok(self.keep_open(item, "error", e.to_string(), None));
             }
         };
         let scope = ResourceScope {
@@ -421,15 +465,13 @@ impl Run<'_> {
         });
         if verifying.is_some() {
             // It became unknown between the two reads: the authority must not settle it.
-            return self
-                .keep_open(
-                    item,
-                    "no_verifier",
-                    "the effect's outcome became unknown: only the consumer can say whether it ran"
-                        .to_owned(),
-                    None,
-                )
-                .await;
+            return Ok(self.keep_open(
+                item,
+                "no_verifier",
+                "the effect's outcome became unknown: only the consumer can say whether it ran"
+                    .to_owned(),
+                None,
+            ));
         }
         let declared = reconcile::declared(authority);
         let verdict = reconcile::verdict(
@@ -465,9 +507,7 @@ impl Run<'_> {
         let (outcome, reference, note) = match &verdict {
             Verdict::Inconclusive { why } => {
                 evidence.verdict = Some("inconclusive".to_owned());
-                return self
-                    .keep_open(item, "inconclusive", why.clone(), Some(evidence))
-                    .await;
+                return Ok(self.keep_open(item, "inconclusive", why.clone(), Some(evidence)));
             }
             Verdict::Release { authoritative_ref } => (
                 ResolutionOutcome::Distinct,

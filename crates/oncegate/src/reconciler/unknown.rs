@@ -11,29 +11,22 @@ impl Run<'_> {
         &self,
         item: &QueueItem,
         t: Option<&EventType>,
+        states: &BTreeMap<EffectId, EffectState>,
     ) -> Result<Option<ItemReport>, StoreError> {
         let Some(effect_id) = &item.existing_effect else {
             return Ok(None);
         };
-        let Some(effect) = self.store.effect(effect_id).await? else {
-            return Ok(None);
-        };
-        let unknown = effect.state == EffectState::Unknown
-            || (effect.state == EffectState::Reserved
-                && effect.lease_until.is_some_and(|u| u <= self.now));
-        if !unknown {
+        // As the pass read it (`items`): a reservation whose lease passed reads as unknown.
+        if states.get(effect_id) != Some(&EffectState::Unknown) {
             return Ok(None);
         }
         let Some(verifier) = t.and_then(|t| t.verify.as_ref()) else {
-            return self
-                .keep_open(
-                    item,
-                    "no_verifier",
-                    format!("the outcome of effect {effect_id} is unknown and only the consumer can say whether it ran; the type declares no `verify` API: a person resolves it"),
-                    None,
-                )
-                .await
-                .map(Some);
+            return Ok(Some(self.keep_open(
+                item,
+                "no_verifier",
+                format!("the outcome of effect {effect_id} is unknown and only the consumer can say whether it ran; the type declares no `verify` API: a person resolves it"),
+                None,
+            )));
         };
         let subject = crate::verifier::Subject {
             effect_id: effect_id.as_str(),
@@ -48,10 +41,12 @@ impl Run<'_> {
         evidence.effect = Some(effect_id.as_str().to_owned());
         let (verified, verdict, note) = match answer {
             crate::verifier::Answer::Inconclusive { why } => {
-                return self
-                    .keep_open(item, "inconclusive", why, Some(evidence))
-                    .await
-                    .map(Some);
+                return Ok(Some(self.keep_open(
+                    item,
+                    "inconclusive",
+                    why,
+                    Some(evidence),
+                )));
             }
             crate::verifier::Answer::Applied { result } => (
                 oncegate_store::Verified::Applied { result },
