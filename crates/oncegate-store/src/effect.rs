@@ -262,7 +262,6 @@ pub(crate) fn record_from(row: &Row) -> Result<EffectRecord> {
     })
 }
 
-/// The effect with every delivery linked to it.
 /// The states of the effects `ids` as of `now_ms`, by id, in one read: a reservation whose
 /// lease passed reads as unknown, as every decision reads it (`plan::effective_state`); an id
 /// with no effect is absent.
@@ -298,6 +297,7 @@ pub(crate) async fn states<T: Tx + Send>(
         .collect()
 }
 
+/// The effect with every delivery linked to it.
 pub(crate) async fn read<T: Tx + Send>(tx: &mut T, id: &EffectId) -> Result<Option<EffectRecord>> {
     let sql = format!("SELECT {EFFECT_COLS} FROM effects e WHERE e.id = $1");
     let rows = tx.query(&sql, &[text(id.as_str())]).await?;

@@ -118,6 +118,18 @@ impl Service {
         Service::start_with(kind, |_| {}).await
     }
 
+    /// A service with the periodic reconciler off (nothing resolves behind the test's back;
+    /// `reconcile_once` runs the passes), and its config, whose store the test reaches directly.
+    pub async fn without_the_poll(kind: Kind) -> (Service, ServiceConfig) {
+        let mut captured = None;
+        let s = Service::start_with(kind, |c| {
+            c.reconciler.every = None;
+            captured = Some(c.clone());
+        })
+        .await;
+        (s, captured.expect("the config was built"))
+    }
+
     pub async fn start_with(kind: Kind, tweak: impl FnOnce(&mut ServiceConfig)) -> Service {
         let backend = Backend::new(kind).await;
         let url = backend.url.clone();

@@ -7,18 +7,6 @@ use serde_json::{json, Value};
 
 use crate::harness::*;
 
-/// A service with the periodic reconciler off (nothing resolves behind the test's back), and
-/// the config whose store the test sweeps leases with.
-async fn start(kind: Kind) -> (Service, ServiceConfig) {
-    let mut captured = None;
-    let s = Service::start_with(kind, |c| {
-        c.reconciler.every = None;
-        captured = Some(c.clone());
-    })
-    .await;
-    (s, captured.expect("the config was built"))
-}
-
 async fn list(s: &Service, query: &str, token: &str) -> Value {
     let q = s.get(&format!("/v1/queue{query}"), Some(token)).await;
     assert_eq!(q.status, 200, "{query}: {}", q.text);
@@ -79,7 +67,7 @@ async fn crashed_and_retried(
 }
 
 pub async fn every_listed_item_is_resolvable_by_the_id_it_shows(kind: Kind) {
-    let (s, config) = start(kind).await;
+    let (s, config) = Service::without_the_poll(kind).await;
 
     // A collision (quarantine).
     s.payflow(
@@ -245,7 +233,7 @@ pub async fn every_listed_item_is_resolvable_by_the_id_it_shows(kind: Kind) {
 }
 
 pub async fn the_queue_pages_filters_and_counts(kind: Kind) {
-    let (s, _) = start(kind).await;
+    let (s, _) = Service::without_the_poll(kind).await;
     let first = s
         .payflow("acme", &refund("pay_p", "100", "2024-05-03T09:00:00Z"))
         .await;

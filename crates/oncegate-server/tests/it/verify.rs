@@ -96,18 +96,6 @@ async fn crashed_refund(
     (a.str("delivery_id").to_owned(), eff, token)
 }
 
-/// A service with the example contract and its reconciler's worker off (`reconcile_once` runs
-/// the passes).
-async fn without_the_poll(kind: Kind) -> (Service, ServiceConfig) {
-    let mut captured = None;
-    let s = Service::start_with(kind, |c| {
-        c.reconciler.every = None;
-        captured = Some(c.clone());
-    })
-    .await;
-    (s, captured.expect("the config was built"))
-}
-
 async fn items_of(s: &Service, effect: &str) -> Vec<Value> {
     let q = s.get("/v1/queue?status=all", Some(OPERATOR)).await;
     assert_eq!(q.status, 200, "{}", q.text);
@@ -216,7 +204,7 @@ pub async fn the_consumer_settles_unknown_outcomes(kind: Kind) {
 /// Without a `verify` API an unknown outcome waits for a person, even when the provider's
 /// authority would list the operation: only the consumer knows whether its effect ran.
 pub async fn without_a_verifier_an_unknown_outcome_waits_for_a_person(kind: Kind) {
-    let (s, config) = without_the_poll(kind).await;
+    let (s, config) = Service::without_the_poll(kind).await;
     let (_, eff, _) = crashed_refund(&s, &config, "pay_v4").await;
     reconcile_once(&config).await.unwrap();
     let [item] = &items_of(&s, &eff).await[..] else {
@@ -238,7 +226,7 @@ pub async fn without_a_verifier_an_unknown_outcome_waits_for_a_person(kind: Kind
 /// not one transaction each (a burst of collisions would otherwise cost the database a commit
 /// per item on every pass).
 pub async fn a_pass_writes_its_attempts_in_one_transaction(kind: Kind) {
-    let (s, config) = without_the_poll(kind).await;
+    let (s, config) = Service::without_the_poll(kind).await;
     let mut effects = Vec::new();
     for n in 0..6 {
         let (_, effect, _) = crashed_refund(&s, &config, &format!("pay_p{n}")).await;

@@ -220,16 +220,18 @@ pub(crate) async fn run_forever(gate: Gate, settings: ReconcilerSettings, client
                 true
             }
         };
-        let mut run = Run::new(
-            &gate,
-            &client,
-            Some((settings.retry_base, settings.retry_cap)),
-        );
         // A pass woken by queued items attempts those, the items never attempted; the items
         // waiting for a retry are the fallback poll's. Under a burst of collisions the wakes
         // come every `WAKE_GATHER`, and each pass read again, to the list's limit, the items
         // attempted before whose retry was not due yet.
-        run.fresh_only = woken;
+        let run = Run {
+            fresh_only: woken,
+            ..Run::new(
+                &gate,
+                &client,
+                Some((settings.retry_base, settings.retry_cap)),
+            )
+        };
         if let Err(e) = run.items().await {
             tracing::debug!(error = %e, "reconciliation skipped");
             continue;
