@@ -76,9 +76,11 @@ impl SqliteStore {
     pub async fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let writer_path = path.clone();
-        let conn = tokio::task::spawn_blocking(move || open_writer(&writer_path))
+        let mut conn = tokio::task::spawn_blocking(move || open_writer(&writer_path))
             .await
             .map_err(|_| StoreError::unavailable_plain("the SQLite open task stopped"))??;
+        let checkpointer = checkpoint::Checkpointer::start(&path)?;
+        checkpointer.watch(&mut conn)?;
         let (tx, rx) = mpsc::channel::<Box<dyn WriteJob>>();
         let batch_sizes = Arc::new(crate::BatchSizes::default());
         let sizes = batch_sizes.clone();
@@ -86,7 +88,6 @@ impl SqliteStore {
             .name("oncegate-sqlite-writer".to_owned())
             .spawn(move || writer_loop(conn, rx, &sizes))
             .map_err(|e| StoreError::unavailable("the SQLite writer thread could not start", e))?;
-        let checkpointer = checkpoint::Checkpointer::start(&path)?;
         Ok(SqliteStore {
             writer: Some(tx),
             thread: Some(thread),
@@ -250,11 +251,8 @@ fn open_writer(path: &Path) -> Result<Connection> {
     // power loss. NORMAL would be faster in WAL mode and could lose the last commits.
     conn.execute_batch("PRAGMA synchronous = FULL")
         .map_err(sqlite_err)?;
-    // The WAL is copied back by `checkpoint`'s thread; what the writer's own checkpoint (past
-    // 1,000 pages, SQLite's default) still finds to copy is the little written since, and it
-    // is what lets the writer start the WAL over (a WAL is only restarted by a writer, once
-    // every frame was copied: without it the WAL grew by 800 MB in 20 s of load). The file is
-    // cut back to 64 MiB when it restarts.
+    // The WAL is copied back by `checkpoint`'s thread, and by the writer past 1,000 pages
+    // (`Checkpointer::watch`). The file is cut back to 64 MiB when it restarts.
     conn.execute_batch("PRAGMA journal_size_limit = 67108864")
         .map_err(sqlite_err)?;
     migrate(&mut conn)?;
