@@ -5,9 +5,9 @@
 //!
 //! Here a thread of its own runs a passive checkpoint (one that never waits for, nor blocks,
 //! the writer or a reader) on its own connection: woken by the writer's commit once the WAL
-//! holds `WAKE_AT` pages, and every `EVERY` besides. The writer still checkpoints past
-//! `WRITER_AT` pages, SQLite's own threshold, and then only finds what was written since the
-//! thread's last copy: that checkpoint is what lets the WAL start over, since only a writer
+//! holds `WAKE_AT` pages and again at each `WAKE_AT` more, and every `EVERY` besides. The
+//! writer still checkpoints past `WRITER_AT` pages, SQLite's own threshold, and then only
+//! finds what was written since the thread's last copy: that checkpoint is what lets the WAL start over, since only a writer
 //! restarts it, and only when every frame was copied before its transaction began (measured:
 //! without it the WAL grew by 800 MB in 20 s of the load bench). A thread woken only by its
 //! clock, every 100 ms, had left the writer nearly all the copying at 3,500 decisions a second
@@ -25,13 +25,14 @@ use crate::error::StoreError;
 
 /// How often the WAL is copied back when no commit asked.
 const EVERY: Duration = Duration::from_millis(100);
-/// The WAL's pages past which a commit wakes the checkpoint thread.
+/// The WAL's pages past which a commit wakes the checkpoint thread, and again each time as
+/// many more were written.
 const WAKE_AT: c_int = 256;
 /// The WAL's pages past which the writer checkpoints after its commit (SQLite's default).
 const WRITER_AT: c_int = 1000;
 
 enum Signal {
-    /// The WAL grew past `WAKE_AT`.
+    /// The WAL grew by `WAKE_AT` pages since the last wake-up.
     Wake,
     /// The store is closing: a last checkpoint, then the thread ends.
     Stop,
@@ -84,20 +85,59 @@ impl Checkpointer {
     /// hook).
     pub fn watch(&self, writer: &mut Connection) -> Result<(), StoreError> {
         let signals = self.signals.clone();
+        let mut growth = Growth::default();
         writer
             .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: c_int| {
-                if pages >= WRITER_AT {
+                match growth.after_commit(pages) {
+                    Step::Nothing => {}
+                    // Full means a wake-up is already waiting; gone means the store is closing.
+                    Step::Wake => {
+                        let _ = signals.try_send(Signal::Wake);
+                    }
                     // Passive: when the thread is copying, this one gives way and the next
                     // commit tries again. Its outcome is not the commit's: the commit is done,
                     // and an error returned here would be reported as the statement's.
-                    let _ = wal.checkpoint();
-                } else if pages >= WAKE_AT {
-                    // Full means a wake-up is already waiting; gone means the store is closing.
-                    let _ = signals.try_send(Signal::Wake);
+                    Step::Checkpoint => {
+                        let _ = wal.checkpoint();
+                    }
                 }
                 Ok(())
             }))
             .map_err(super::sqlite_err)
+    }
+}
+
+/// What a commit that left the WAL at some number of pages asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    Nothing,
+    Wake,
+    Checkpoint,
+}
+
+/// The WAL's growth as the writer's commits report it.
+#[derive(Default)]
+struct Growth {
+    /// The WAL's pages at the last wake-up: the thread is woken again once `WAKE_AT` more were
+    /// written, not by every commit past the threshold (each checkpoint syncs the database
+    /// file, and a page copied back is copied again once it is written again).
+    woken_at: c_int,
+}
+
+impl Growth {
+    fn after_commit(&mut self, pages: c_int) -> Step {
+        if pages < self.woken_at {
+            // The WAL started over.
+            self.woken_at = 0;
+        }
+        if pages >= WRITER_AT {
+            Step::Checkpoint
+        } else if pages - self.woken_at >= WAKE_AT {
+            self.woken_at = pages;
+            Step::Wake
+        } else {
+            Step::Nothing
+        }
     }
 }
 
@@ -162,15 +202,7 @@ mod tests {
             (i64::from(WAKE_AT)..i64::from(WRITER_AT)).contains(&log),
             "the commit left {log} frames, between the thresholds"
         );
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while frames(&observer).1 < log {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the WAL's {log} frames were never copied back: {:?}",
-                frames(&observer)
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        copied_back(&observer, log);
     }
 
     #[test]
@@ -182,6 +214,37 @@ mod tests {
         let (log, copied) = frames(&observer);
         assert!(log > 0 && log < i64::from(WAKE_AT), "{log} frames");
         assert_eq!(copied, 0, "nothing asked for a checkpoint");
+    }
+
+    /// Waits until the thread copied back the WAL's first `frames_in_log` frames.
+    fn copied_back(observer: &Connection, frames_in_log: i64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while frames(observer).1 < frames_in_log {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the WAL's {frames_in_log} frames were never copied back: {:?}",
+                frames(observer)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn the_thread_is_woken_again_once_as_many_more_pages_were_written() {
+        let mut growth = Growth::default();
+        let steps: Vec<Step> = [10, 255, 256, 300, 511, 512, 990, 1000, 1012, 8, 263, 264]
+            .into_iter()
+            .map(|pages| growth.after_commit(pages))
+            .collect();
+        use Step::*;
+        assert_eq!(
+            steps,
+            [
+                Nothing, Nothing, Wake, Nothing, Nothing, Wake, Wake, Checkpoint, Checkpoint,
+                // The WAL started over.
+                Nothing, Wake, Nothing
+            ]
+        );
     }
 
     #[test]
