@@ -7,9 +7,10 @@
 //! the writer or a reader) on its own connection: woken by the writer's commit once the WAL
 //! holds `WAKE_AT` pages and again at each `WAKE_AT` more, and every `EVERY` besides. The
 //! writer still checkpoints past `WRITER_AT` pages, SQLite's own threshold, and then only
-//! finds what was written since the thread's last copy: that checkpoint is what lets the WAL start over, since only a writer
-//! restarts it, and only when every frame was copied before its transaction began (measured:
-//! without it the WAL grew by 800 MB in 20 s of the load bench). A thread woken only by its
+//! finds what was written since the thread's last copy: that checkpoint is what lets the WAL
+//! start over, since only a writer restarts it, and only when every frame was copied before
+//! its transaction began (measured: without it the WAL grew by 800 MB in 20 s of the load
+//! bench). A thread woken only by its
 //! clock, every 100 ms, had left the writer nearly all the copying at 3,500 decisions a second
 //! (a tenth of the writer's time).
 
@@ -163,6 +164,19 @@ mod tests {
         .unwrap()
     }
 
+    /// Waits until the thread copied back the WAL's first `frames_in_log` frames.
+    fn copied_back(observer: &Connection, frames_in_log: i64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while frames(observer).1 < frames_in_log {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the WAL's {frames_in_log} frames were never copied back: {:?}",
+                frames(observer)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// A store's database as its writer opens it, its WAL emptied, watched by a checkpoint
     /// thread whose clock never strikes within the test.
     fn watched(dir: &Path) -> (Connection, Checkpointer, Connection) {
@@ -214,19 +228,6 @@ mod tests {
         let (log, copied) = frames(&observer);
         assert!(log > 0 && log < i64::from(WAKE_AT), "{log} frames");
         assert_eq!(copied, 0, "nothing asked for a checkpoint");
-    }
-
-    /// Waits until the thread copied back the WAL's first `frames_in_log` frames.
-    fn copied_back(observer: &Connection, frames_in_log: i64) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while frames(observer).1 < frames_in_log {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the WAL's {frames_in_log} frames were never copied back: {:?}",
-                frames(observer)
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
     }
 
     #[test]
