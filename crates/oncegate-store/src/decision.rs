@@ -189,6 +189,9 @@ pub struct PriorView {
     /// type, name and version) is open, read in the same snapshot as the rest: its ignores are
     /// then reconciled instead. False without a key.
     pub breaker_open: bool,
+    /// The number a new effect of the key takes in its scope: one past the latest effect's
+    /// (`effect::Keyed::seq`), 1 for a key without one.
+    pub(crate) next_seq: i64,
 }
 
 /// The reservation a `process` answer hands to the caller: run the effect, then `complete`

@@ -585,7 +585,8 @@ pub(crate) struct NewEffect<'a> {
     pub event_type: Option<&'a str>,
     pub strategy: Option<&'a StrategyRef>,
     pub key_value: Option<&'a str>,
-    pub scope_hash: Option<&'a str>,
+    /// Where the effect stands in its key's scope, for an effect with a key.
+    pub keyed: Option<Keyed<'a>>,
     pub durable: bool,
     pub state: EffectState,
     pub token: i64,
@@ -600,10 +601,38 @@ pub(crate) struct NewEffect<'a> {
     pub critical: bool,
 }
 
+/// A keyed effect's place in its key's scope (schema version 13).
+pub(crate) struct Keyed<'a> {
+    /// The key's scope hash.
+    pub hash: &'a str,
+    /// Its number among the key's effects: one past the latest its writer saw. The number is
+    /// unique with the hash, so a writer that saw an older latest writes nothing.
+    pub seq: i64,
+    /// Whether it holds the key's index slot, and until when (`None`: for good).
+    pub slot: Option<Option<i64>>,
+}
+
+/// The insert of an effect: with a key, nothing when the key's scope already has an effect of
+/// its number (`Keyed::seq`), so the writes that follow it are kept only if it wrote the row.
 const INSERT_EFFECT: &str = "INSERT INTO effects (id, tenant, provider, env, event_type, strategy_name, strategy_version, \
      strategy_level, key_value, scope_hash, durable, state, fencing_token, lease_until, holder, discriminants, result, error, \
-     authoritative_ref, first_delivery, queue_item_id, created_at, updated_at, resource, critical) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, NULL, NULL, $17, $18, $19, $20, $20, $21, $22)";
+     authoritative_ref, first_delivery, queue_item_id, created_at, updated_at, resource, critical, scope_seq, indexed, \
+     index_expires_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, NULL, NULL, $17, $18, $19, $20, $20, $21, $22, \
+     $23, $24, $25) ON CONFLICT (scope_hash, scope_seq) DO NOTHING";
+
+/// The number the next effect of the key with scope hash `hash` takes in its scope.
+pub(crate) async fn next_seq<T: Tx + Send>(tx: &mut T, hash: &str) -> Result<i64> {
+    let rows = tx
+        .query(
+            "SELECT COALESCE(MAX(scope_seq), 0) + 1 FROM effects WHERE scope_hash = $1",
+            &[text(hash)],
+        )
+        .await?;
+    rows.first()
+        .ok_or_else(|| StoreError::corrupt("an aggregate returned no row"))?
+        .int(0)
+}
 
 /// The statement that inserts `e`.
 pub(crate) fn insert(e: NewEffect<'_>) -> Statement<'_> {
@@ -620,7 +649,7 @@ pub(crate) fn insert(e: NewEffect<'_>) -> Statement<'_> {
             opt_int(strategy.map(|s| i64::from(s.version))),
             opt_text(strategy.map(|s| s.level.as_str())),
             opt_text(e.key_value),
-            opt_text(e.scope_hash),
+            opt_text(e.keyed.as_ref().map(|k| k.hash)),
             Value::Bool(e.durable),
             text(e.state.as_str()),
             int(e.token),
@@ -633,6 +662,9 @@ pub(crate) fn insert(e: NewEffect<'_>) -> Statement<'_> {
             int(e.now),
             opt_text(e.resource),
             Value::Bool(e.critical),
+            opt_int(e.keyed.as_ref().map(|k| k.seq)),
+            Value::Bool(e.keyed.as_ref().is_some_and(|k| k.slot.is_some())),
+            opt_int(e.keyed.as_ref().and_then(|k| k.slot.flatten())),
         ],
     )
 }

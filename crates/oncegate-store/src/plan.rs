@@ -306,6 +306,7 @@ mod tests {
             effect: e,
             differences: vec![],
             breaker_open: false,
+            next_seq: 1,
         };
         assert_eq!(plan(Some(&key()), &view, &d), expected, "{prior:?} {d:?}");
     }

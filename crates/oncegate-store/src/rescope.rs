@@ -18,7 +18,7 @@
 
 use crate::codes;
 use crate::error::StoreError;
-use crate::sql::{int, text, Tx};
+use crate::sql::{int, text, Tx, Value};
 
 /// One operation-scoped strategy of the contract, with the types of the provider that declare
 /// its operation and use it.
@@ -117,7 +117,7 @@ pub(crate) async fn rescope<T: Tx + Send>(
         // Oldest first, so the effect that reserved a doubled key first keeps the slot.
         let rows = tx
             .query(
-                "SELECT id, tenant, env, event_type, key_value, scope_hash FROM effects \
+                "SELECT id, tenant, env, event_type, key_value, scope_hash, indexed FROM effects \
                  WHERE provider = $1 AND strategy_name = $2 AND strategy_version = $3 \
                  AND key_value IS NOT NULL AND scope_hash IS NOT NULL ORDER BY created_at, id",
                 &[
@@ -155,16 +155,35 @@ pub(crate) async fn rescope<T: Tx + Send>(
                 continue;
             }
             let shared = hash(&format!("operation:{}", s.operation));
-            counts.effects += tx
+            // An effect holding its key's slot itself (schema version 13) keeps it under the
+            // operation's scope unless an effect there holds one already; either way it comes
+            // last among the scope's effects.
+            let held = !tx
+                .query(
+                    "SELECT 1 FROM effect_index WHERE scope_hash = $1 \
+                     UNION ALL SELECT 1 FROM effects WHERE scope_hash = $1 AND indexed",
+                    &[text(shared.as_str())],
+                )
+                .await?
+                .is_empty();
+            let moved = tx
                 .exec(
-                    "UPDATE effects SET scope_hash = $1 WHERE id = $2 AND scope_hash = $3",
+                    "UPDATE effects SET scope_hash = $1, \
+                     scope_seq = (SELECT COALESCE(MAX(x.scope_seq), 0) + 1 FROM effects x WHERE x.scope_hash = $1), \
+                     indexed = CASE WHEN $4 THEN FALSE ELSE indexed END \
+                     WHERE id = $2 AND scope_hash = $3",
                     &[
                         text(shared.as_str()),
                         text(id.as_str()),
                         text(legacy.as_str()),
+                        Value::Bool(held),
                     ],
                 )
                 .await?;
+            counts.effects += moved;
+            if moved > 0 && held && row.boolean(6)? {
+                counts.doubled += 1;
+            }
             counts.queue_items += tx
                 .exec(
                     "UPDATE queue_items SET scope_hash = $1 WHERE scope_hash = $2",

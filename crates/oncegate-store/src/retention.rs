@@ -155,16 +155,18 @@ pub(crate) async fn purge<T: Tx + Send>(
     for r in &deleted {
         gone.insert(r.int(0)?);
     }
-    // Durable effects keep their identity forever; others go once nothing refers to them and
-    // no reservation or claim is in flight.
+    // Durable effects keep their identity forever; others go once nothing refers to them, no
+    // reservation or claim is in flight and they hold no live slot of their key (the effect
+    // is the slot: the key is known for as long as its horizon says).
     let deleted = tx
         .query(
             "DELETE FROM effects WHERE durable = FALSE AND state NOT IN ('reserved', 'released') AND updated_at < $1 \
+             AND (indexed = FALSE OR (index_expires_at IS NOT NULL AND index_expires_at <= $2)) \
              AND NOT EXISTS (SELECT 1 FROM links l WHERE l.effect_id = effects.id) \
              AND NOT EXISTS (SELECT 1 FROM proofs p WHERE p.effect_id = effects.id) \
              AND NOT EXISTS (SELECT 1 FROM queue_items q WHERE q.existing_effect = effects.id AND q.status = 'open') \
              RETURNING created_at / 60000",
-            cut_time,
+            &[cut[0].clone(), int(now_ms)],
         )
         .await?;
     counts.effects = deleted.len() as u64;

@@ -74,14 +74,11 @@ pub async fn history(url: &str, count: u64) {
         format!(
             "INSERT INTO effects (id, tenant, provider, env, event_type, strategy_name, strategy_version, \
              strategy_level, key_value, scope_hash, durable, state, fencing_token, lease_until, discriminants, result, \
-             first_delivery, created_at, updated_at, resource, critical) \
+             first_delivery, created_at, updated_at, resource, critical, scope_seq, indexed) \
              SELECT {eff}, 'acme', 'payflow', 'live', 'payment.captured', 'capture-id', 1, 'business_ref', \
              'seed-' || i, {lpad64}, {t}, 'completed', 1, 0, '{{}}', '{{}}', {first}, {ms_i}, {ms_i}, \
-             'pay_seed' || i, {t} FROM {range_i}",
+             'pay_seed' || i, {t}, 1, {t} FROM {range_i}",
             ms_i = ms("2 * i - 1"),
-        ),
-        format!(
-            "INSERT INTO effect_index (scope_hash, effect_id, expires_at) SELECT {lpad64}, {eff}, NULL FROM {range_i}"
         ),
         format!(
             "INSERT INTO deliveries (id, tenant, provider, env, event_type, received_at, size, body_sha256, \

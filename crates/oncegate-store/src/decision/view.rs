@@ -144,10 +144,13 @@ fn view_sql(dialect: Dialect) -> &'static str {
     //
     // `t`: the earliest decided, non-rejected delivery with the same strong transport key (one
     // with the same body first) within `TRANSPORT_WINDOW` (`$11`, the window's first id); a
-    // packet journaled but refused proves nothing. `i`/`e`: the
-    // fast-index entry and its effect. `l`: the latest effect with this key, whatever the index
-    // says, for when the horizon passed. The last column is the state of the strategy's
-    // collision breaker (`breaker`), read in the same snapshot as the rest.
+    // packet journaled but refused proves nothing. `i`/`e`: a fast-index entry written before
+    // schema version 13 and its effect. `l`: the latest effect with this key, whatever the
+    // index says, for when the horizon passed, with its number and its slot: it holds the
+    // key's slot itself (`indexed`) unless a possible duplicate came after it, and then `s`
+    // is the latest effect that does. `a`: an alias's effect, read only for a key no effect
+    // has. Then the state of the strategy's collision breaker (`breaker`), read in the same
+    // snapshot as the rest.
     //
     // SQLite finds `t` as the first of two look-ups that holds an id, each the least id of its
     // matches: one with the same body, then any. The same row as PostgreSQL's one sorted
@@ -176,17 +179,22 @@ fn view_sql(dialect: Dialect) -> &'static str {
         format!(
             "SELECT t.id, t.body_sha256, i.scope_hash, i.expires_at, {indexed}, {latest}, {aliased}, \
              (SELECT b.state FROM breakers b WHERE b.provider = $3 AND b.env = $4 AND b.event_type = $8 \
-              AND b.strategy_name = $9 AND b.strategy_version = $10) \
+              AND b.strategy_name = $9 AND b.strategy_version = $10), \
+             l.scope_seq, l.indexed, l.index_expires_at, {slot}, s.index_expires_at \
              FROM (SELECT CAST($1 AS TEXT) AS h) k \
              {transport} \
              LEFT JOIN effect_index i ON i.scope_hash = k.h \
              LEFT JOIN effects e ON e.id = i.effect_id \
              LEFT JOIN effects l ON l.id = (SELECT x.id FROM effects x WHERE x.scope_hash = k.h \
-                                            ORDER BY x.created_at DESC, x.id DESC LIMIT 1) \
-             LEFT JOIN effects a ON a.id = (SELECT y.effect_id FROM effect_aliases y WHERE y.alias_hash = k.h)",
+                                            AND x.scope_seq IS NOT NULL ORDER BY x.scope_seq DESC LIMIT 1) \
+             LEFT JOIN effects s ON l.indexed = FALSE AND s.id = (SELECT z.id FROM effects z WHERE z.scope_hash = k.h \
+                                            AND z.scope_seq IS NOT NULL AND z.indexed ORDER BY z.scope_seq DESC LIMIT 1) \
+             LEFT JOIN effects a ON l.id IS NULL \
+                                AND a.id = (SELECT y.effect_id FROM effect_aliases y WHERE y.alias_hash = k.h)",
             indexed = EFFECT_VIEW_COLS,
             latest = EFFECT_VIEW_COLS.replace("e.", "l."),
             aliased = EFFECT_VIEW_COLS.replace("e.", "a."),
+            slot = EFFECT_VIEW_COLS.replace("e.", "s."),
         )
     })
 }
@@ -210,6 +218,7 @@ pub(crate) fn read(scope: &Scope, req: &DecideRequest, rows: &[Row]) -> Result<P
             effect: None,
             differences: vec![],
             breaker_open: false,
+            next_seq: 1,
         });
     };
     let effect_cols = EFFECT_VIEW_COL_COUNT;
@@ -217,21 +226,31 @@ pub(crate) fn read(scope: &Scope, req: &DecideRequest, rows: &[Row]) -> Result<P
     let latest_at = indexed_at + effect_cols;
     let aliased_at = latest_at + effect_cols;
     let breaker_at = aliased_at + effect_cols;
+    let (seq_at, slot_at) = (breaker_at + 1, breaker_at + 4);
     let breaker_open = row.opt_str(breaker_at)? == Some(BreakerState::Open.as_str());
-    let index_live = row.opt_str(2)?.is_some()
-        && match row.opt_int(3)? {
-            None => true,
-            Some(expires) => expires > now,
-        };
+    let live = |expires: Option<i64>| expires.is_none_or(|at| at > now);
+    let legacy_live = row.opt_str(2)?.is_some() && live(row.opt_int(3)?);
+    let latest = row.opt_str(latest_at)?.is_some();
+    // The effect holding the key's slot, with the slot's expiry: the latest effect, or the
+    // latest of those that hold one.
+    let slot = if latest && row.boolean(seq_at + 1)? {
+        Some((latest_at, row.opt_int(seq_at + 2)?))
+    } else if row.opt_str(slot_at)?.is_some() {
+        Some((slot_at, row.opt_int(slot_at + effect_cols)?))
+    } else {
+        None
+    };
     let mut effect = None;
     let mut index_without_effect = false;
-    if index_live {
+    if legacy_live {
         if row.opt_str(indexed_at)?.is_some() {
             effect = Some(plan::prior_effect(effect_row(row, indexed_at)?, true, now)?);
         } else {
             index_without_effect = true;
         }
-    } else if row.opt_str(latest_at)?.is_some() {
+    } else if let Some((at, _)) = slot.filter(|&(_, expires)| live(expires)) {
+        effect = Some(plan::prior_effect(effect_row(row, at)?, true, now)?);
+    } else if latest {
         // Past the horizon the fast index no longer answers, but a record of the key may
         // remain (its proof and effect are kept longer): the matrix hears `Purged`.
         effect = Some(plan::prior_effect(effect_row(row, latest_at)?, false, now)?);
@@ -253,5 +272,6 @@ pub(crate) fn read(scope: &Scope, req: &DecideRequest, rows: &[Row]) -> Result<P
         effect,
         differences,
         breaker_open,
+        next_seq: row.opt_int(seq_at)?.map_or(1, |seq| seq + 1),
     })
 }

@@ -9,11 +9,13 @@ use crate::codes::{self, duration_ms, from_ms, ms, new_id};
 use crate::decision::{
     already_decided, event_type_of, DecideOutcome, DecideRequest, Horizon, PriorView, Reservation,
 };
-use crate::effect::{self, EffectState, LinkKind, NewEffect};
+use crate::effect::{self, EffectState, Keyed, LinkKind, NewEffect};
 use crate::error::StoreError;
 use crate::plan::{self, Plan, Scope};
 use crate::queue::Proposal;
 use crate::sql::{int, opt_int, opt_text, text, Statement, Tx, Value};
+
+use std::borrow::Cow;
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -64,15 +66,18 @@ pub(crate) struct Prepared<'a> {
     pub head: Option<Statement<'a>>,
     /// Everything else, kept only if the head changed a row.
     pub writes: Vec<Statement<'a>>,
+    /// What the head locks: the key's scope hash for a new effect (its number in the scope is
+    /// unique), the effect's id for a takeover.
+    lock: Option<Cow<'a, str>>,
     /// What the decision answers once its writes committed.
     pub outcome: DecideOutcome,
 }
 
 impl Prepared<'_> {
-    /// What the head locks (the key's index slot, or the effect taken over), so a backend
-    /// writing several decisions in one transaction can take their locks in one order.
-    pub fn lock_key(&self) -> Option<&Value<'_>> {
-        self.head.as_ref().and_then(|(_, params)| params.first())
+    /// What the head locks (the key's place in its scope, or the effect taken over), so a
+    /// backend writing several decisions in one transaction can take their locks in one order.
+    pub fn lock_key(&self) -> Option<&str> {
+        self.lock.as_deref()
     }
 }
 
@@ -105,17 +110,24 @@ pub(crate) fn prepare<'a>(
     // statement and one round trip on PostgreSQL).
     let mut head: Option<Statement> = None;
     let mut writes: Vec<Statement> = Vec::new();
-    // A new effect reserved for this delivery with fencing token 1, in the unique index
-    // (`scope_hash` given) or beside it (a possible duplicate, an unkeyed delivery).
+    // A new effect reserved for this delivery with fencing token 1, holding the key's slot
+    // (`slot` given) or beside it (a possible duplicate), or without a key. A keyed one takes
+    // the number after the latest effect of its key the view saw: its insert is the head, and
+    // writes nothing if another effect took that number since.
+    let mut lock = None;
     let reserve_new =
-        |writes: &mut Vec<Statement<'a>>, id: &EffectId, scope_hash: Option<&'a str>| {
-            writes.push(effect::insert(NewEffect {
+        |head: &mut Option<Statement<'a>>, id: &EffectId, slot: Option<Option<i64>>| {
+            *head = Some(effect::insert(NewEffect {
                 id: id.as_str().to_owned(),
                 scope,
                 event_type,
                 strategy: key.map(|k| &k.strategy),
                 key_value: key.map(|k| k.value.as_str()),
-                scope_hash,
+                keyed: hash.map(|hash| Keyed {
+                    hash,
+                    seq: view.next_seq,
+                    slot,
+                }),
                 durable,
                 state: EffectState::Reserved,
                 token: 1,
@@ -138,26 +150,21 @@ pub(crate) fn prepare<'a>(
     match plan::plan(key, view, &decision) {
         Plan::ReserveIndexed => {
             let id = EffectId::from_u128(new_id(req.now));
-            let hash = hash.unwrap_or_default();
             let expires = match key.map(|k| k.horizon) {
                 Some(Horizon::For(d)) => Some(now.saturating_add(duration_ms(d))),
                 _ => None,
             };
-            // The atomic reservation: the unique index decides the winner. An expired slot
-            // (past its horizon, not yet purged) may be taken over; a live one never.
-            head = Some((
-                "INSERT INTO effect_index (scope_hash, effect_id, expires_at) VALUES ($1, $2, $3) \
-                 ON CONFLICT (scope_hash) DO UPDATE SET effect_id = excluded.effect_id, expires_at = excluded.expires_at \
-                 WHERE effect_index.expires_at IS NOT NULL AND effect_index.expires_at <= $4",
-                vec![text(hash), text(id.as_str().to_owned()), opt_int(expires), int(now)],
-            ));
-            reservation = Some(reserve_new(&mut writes, &id, Some(hash))?);
+            // The atomic reservation: the effect takes the key's next number in its scope,
+            // which only one effect can have, and holds the key's slot until `expires`.
+            reservation = Some(reserve_new(&mut head, &id, Some(expires))?);
+            lock = hash.map(Cow::Borrowed);
             link = Some(LinkKind::Reserved);
             effect = Some(id);
         }
         Plan::Takeover { effect: id, token } => {
             // Only the holder of the token that was read may move the effect on; anyone who
             // moved it first (another takeover, a late complete) makes this change no row.
+            lock = Some(Cow::Owned(id.as_str().to_owned()));
             head = Some((
                 "UPDATE effects SET state = 'reserved', fencing_token = fencing_token + 1, lease_until = $3, \
                  holder = NULL, error = NULL, updated_at = $4 \
@@ -175,7 +182,8 @@ pub(crate) fn prepare<'a>(
         }
         Plan::ReserveUnindexed => {
             let id = EffectId::from_u128(new_id(req.now));
-            reservation = Some(reserve_new(&mut writes, &id, hash)?);
+            reservation = Some(reserve_new(&mut head, &id, None)?);
+            lock = hash.map(Cow::Borrowed);
             link = Some(LinkKind::Reserved);
             effect = Some(id);
         }
@@ -285,6 +293,7 @@ pub(crate) fn prepare<'a>(
     Ok(Prepared {
         head,
         writes,
+        lock,
         outcome: DecideOutcome {
             prior: view.prior,
             transport: view.transport,

@@ -46,7 +46,7 @@ use crate::decision::{view, DecideOutcome, DecideRequest, PriorView};
 use crate::delivery::NewReception;
 use crate::error::StoreError;
 use crate::plan::{Scope, MAX_ATTEMPTS};
-use crate::sql::{Row, Value};
+use crate::sql::Row;
 use crate::BatchSizes;
 use crate::SharedMatrix;
 
@@ -979,10 +979,7 @@ fn chained_set<'a>(
 
 /// The order a decision's head takes its lock in (decisions without a head come first).
 fn lock_order<'p>(p: Option<&'p Prepared<'_>>) -> Option<&'p str> {
-    match p.and_then(Prepared::lock_key) {
-        Some(Value::Text(Some(s))) => Some(s.as_ref()),
-        _ => None,
-    }
+    p.and_then(Prepared::lock_key)
 }
 
 /// After member `i` failed on its own in a batch that was rolled back: it gets its error (a

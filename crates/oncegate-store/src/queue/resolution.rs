@@ -7,7 +7,7 @@ use time::OffsetDateTime;
 
 use crate::codes::{self, ms, new_id};
 use crate::decision::Horizon;
-use crate::effect::{self, EffectState, LinkKind, NewEffect};
+use crate::effect::{self, EffectState, Keyed, LinkKind, NewEffect};
 use crate::error::StoreError;
 use crate::plan::Scope;
 use crate::queue::{self, item_from, QueueItem, QueueStatus, QUEUE_COLS};
@@ -112,6 +112,10 @@ pub(crate) async fn mark_resolved<T: Tx + Send>(
     Ok(())
 }
 
+/// How many times a distinct verdict's effect reads its key's next number before giving up:
+/// each time, a decision reserving the same key took the number first.
+const MAX_SEQ_ATTEMPTS: u32 = 5;
+
 /// Settles an open item: `distinct` releases the delivery as a new claimable effect, `duplicate`
 /// links it to the existing effect; an item waiting on an unknown effect is settled with it.
 pub(crate) async fn resolve<T: Tx + Send>(
@@ -160,30 +164,55 @@ pub(crate) async fn resolve<T: Tx + Send>(
                 body_sha256: String::new(),
                 decided: true,
             };
-            let insert = effect::insert(NewEffect {
-                id: eid.as_str().to_owned(),
-                scope: &scope,
-                event_type: item.event_type.as_deref(),
-                strategy: item.strategy.as_ref(),
-                key_value: item.key.as_deref(),
-                scope_hash: scope_hash.as_deref(),
-                durable: item.horizon == Some(Horizon::Durable),
-                state: EffectState::Released,
-                token: 0,
-                lease_until: None,
-                holder: None,
-                discriminants: codes::map_json(&item.discriminants),
-                authoritative_ref: r.authoritative_ref.as_deref(),
-                first_delivery: &item.delivery,
-                queue_item: Some(id),
+            // It takes the next number of its key's scope, read here: a decision reserving
+            // the key meanwhile may take that number first, and the number after it is read
+            // again (the insert wrote nothing).
+            let mut attempts = 0;
+            loop {
+                let keyed = match scope_hash.as_deref() {
+                    Some(hash) => Some(Keyed {
+                        hash,
+                        seq: effect::next_seq(tx, hash).await?,
+                        slot: None,
+                    }),
+                    None => None,
+                };
+                let (sql, params) = effect::insert(NewEffect {
+                    id: eid.as_str().to_owned(),
+                    scope: &scope,
+                    event_type: item.event_type.as_deref(),
+                    strategy: item.strategy.as_ref(),
+                    key_value: item.key.as_deref(),
+                    keyed,
+                    durable: item.horizon == Some(Horizon::Durable),
+                    state: EffectState::Released,
+                    token: 0,
+                    lease_until: None,
+                    holder: None,
+                    discriminants: codes::map_json(&item.discriminants),
+                    authoritative_ref: r.authoritative_ref.as_deref(),
+                    first_delivery: &item.delivery,
+                    queue_item: Some(id),
+                    now,
+                    resource: resource.as_deref(),
+                    critical,
+                });
+                if tx.exec(sql, &params).await? > 0 {
+                    break;
+                }
+                attempts += 1;
+                if attempts == MAX_SEQ_ATTEMPTS {
+                    return Err(StoreError::Conflict(format!(
+                        "queue item {id}: its key's effects kept changing while its effect was written; try again"
+                    )));
+                }
+            }
+            tx.exec_all(&[effect::link(
+                eid,
+                &item.delivery,
+                LinkKind::ResolvedDistinct,
                 now,
-                resource: resource.as_deref(),
-                critical,
-            });
-            tx.exec_all(&[
-                insert,
-                effect::link(eid, &item.delivery, LinkKind::ResolvedDistinct, now),
-            ])
+            )])
             .await?;
         }
         (ResolutionOutcome::Duplicate, Some(eid)) => {

@@ -121,6 +121,22 @@ impl Backend {
         }
     }
 
+    /// Runs `sql` (statements separated by `;`) on the database, beside the stores: a state
+    /// an older oncegate left, written as it wrote it.
+    pub async fn execute(&self, sql: &str) {
+        match self.kind {
+            Kind::Sqlite => {
+                let path = self.url.trim_start_matches("sqlite://");
+                let conn = rusqlite::Connection::open(path).expect("open the test file");
+                conn.execute_batch(sql).expect("run the statements");
+            }
+            Kind::Postgres => {
+                let client = pg_admin(&self.url).await;
+                client.batch_execute(sql).await.expect("run the statements");
+            }
+        }
+    }
+
     /// Takes the database away under an open store: PostgreSQL drops it (closing the store's
     /// connections). Returns false where there is no such outage to stage: an open SQLite file
     /// stays usable to its process even when unlinked.

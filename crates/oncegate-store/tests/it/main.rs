@@ -70,6 +70,7 @@ conformance!(
     an_expired_lease_reads_as_unknown_and_is_never_rerun_blindly,
     two_claimers_never_get_the_same_work,
     purge_keeps_proofs_and_durable_identities,
+    a_slot_written_before_the_effects_held_them_still_answers,
     past_the_horizon_the_key_reads_as_purged,
     acknowledged_writes_survive_reopening,
     a_store_that_is_down_is_unavailable,

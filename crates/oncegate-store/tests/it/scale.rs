@@ -234,8 +234,8 @@ async fn the_hot_path_reads_only_by_the_keys_the_document_names() {
         "the hot path read by indexes docs/scale.md does not name for their tables: {unnamed:?}"
     );
     assert!(
-        used.iter().any(|u| u.starts_with("effect_index.")),
-        "the decisions read the key index: {used:?}"
+        used.iter().any(|u| u == "effects.effects_scope_seq"),
+        "the decisions read the keys' effects by their scope: {used:?}"
     );
     eprintln!("hot path reads: {used:?}");
     drop(admin);

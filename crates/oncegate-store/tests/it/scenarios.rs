@@ -616,6 +616,35 @@ pub async fn two_claimers_never_get_the_same_work(b: &Backend) {
         .is_none());
 }
 
+/// A key reserved before schema version 13 holds its slot in `effect_index`, not in its
+/// effect: the view still finds the effect through it, so a retry of that key is a duplicate
+/// after the upgrade, not a key whose horizon passed.
+pub async fn a_slot_written_before_the_effects_held_them_still_answers(b: &Backend) {
+    let store = b.open().await;
+    let m = strong_critical();
+    let durable = || key("legacy-1", Confidence::Strong, Horizon::Durable, &[]);
+    let (_, first) = deliver(&store, Delivery::new("first", t0()), Some(durable()), &m).await;
+    let (effect, token) = reservation(&first);
+    store.complete(&effect, token, "{}", t0()).await.unwrap();
+    // As version 12 left a reservation: its slot a row of `effect_index`.
+    b.execute(&format!(
+        "INSERT INTO effect_index (scope_hash, effect_id, expires_at) \
+         SELECT scope_hash, id, NULL FROM effects WHERE id = '{effect}'; \
+         UPDATE effects SET indexed = FALSE WHERE id = '{effect}'"
+    ))
+    .await;
+    let (_, again) = deliver(
+        &store,
+        Delivery::new("again", t0() + Duration::seconds(1)),
+        Some(durable()),
+        &m,
+    )
+    .await;
+    assert_eq!(again.decision.action, Action::Ignore, "{again:?}");
+    assert_eq!(again.prior, Prior::Completed);
+    assert_eq!(again.effect.as_ref(), Some(&effect));
+}
+
 pub async fn purge_keeps_proofs_and_durable_identities(b: &Backend) {
     let store = b.open().await;
     let m = strong_critical();
@@ -644,6 +673,8 @@ pub async fn purge_keeps_proofs_and_durable_identities(b: &Backend) {
     };
     let at = t0() + Duration::hours(2);
     let dry = store.purge(&policy, at, true).await.unwrap();
+    // The short key's slot expired, but it is its effect's own row (schema version 13), kept
+    // as long as the effect is: only slots of `effect_index` written before are rows to purge.
     assert_eq!(
         (
             dry.index_entries,
@@ -652,7 +683,7 @@ pub async fn purge_keeps_proofs_and_durable_identities(b: &Backend) {
             dry.deliveries,
             dry.effects
         ),
-        (1, 2, 0, 0, 0)
+        (0, 2, 0, 0, 0)
     );
     assert!(
         store
