@@ -6,14 +6,15 @@
 //! commit; then `decide` reads what is known about its transport key and effect key, runs the
 //! (pure) decision matrix on that view, and writes the decision's consequence (a reservation, a
 //! link, a queue item) together with its proof as one atomic unit: the write that settles a
-//! race first (the reservation's insert into the unique index, a takeover's token-guarded
-//! update), the rest only if it changed a row. SQLite runs all of it in one transaction on its
-//! writer thread; PostgreSQL in a batch's transaction shared with other callers, set-oriented
+//! race first (the reservation's insert of its effect, numbered next among its key's effects
+//! under a unique index, a takeover's token-guarded update), the rest only if it changed a row.
+//! SQLite runs all of it in one transaction on its writer thread; PostgreSQL in a batch's
+//! transaction shared with other callers, set-oriented
 //! (every member's view in one statement, then every member's writes chained into one), or,
 //! for a delivery journaled by another instance, in two statements without BEGIN or COMMIT. A
-//! decision that loses a race writes nothing and is read and run again. A `process` answer is only given once its reservation has committed, and a
-//! key has exactly one winner under any concurrency because the reservation is an atomic
-//! insert into a unique index.
+//! decision that loses a race writes nothing and is read and run again. A `process` answer is
+//! only given once its reservation has committed, and a key has exactly one winner under any
+//! concurrency because the reservation is an atomic insert into a unique index.
 //!
 //! Time always comes in as an argument; ids are generated here (time-ordered ULIDs).
 

@@ -14,7 +14,8 @@
 //! the upgrade), the first holder keeps it and the other effect stays where it was, counted
 //! in `doubled`: those are the effects that ran twice, for an operator to look at. Nothing is
 //! deleted: an index entry is moved (inserted under the new hash, then its old row removed),
-//! never dropped.
+//! never dropped; an effect holding its key's slot itself (schema version 13) moves with it,
+//! numbered last among the operation's effects, and gives the slot up when one is held there.
 
 use crate::codes;
 use crate::error::StoreError;
@@ -97,7 +98,9 @@ impl OperationScope {
 pub struct RescopeCounts {
     /// Effects whose key now reads under the operation's scope.
     pub effects: u64,
-    /// Fast-index entries moved to the operation's scope.
+    /// Fast-index entries moved to the operation's scope: rows of `effect_index`, the slots of
+    /// keys reserved before schema version 13 (a slot since is its effect's own, and moves
+    /// with it).
     pub index_entries: u64,
     /// Queue items (quarantined, to reconcile) whose key was moved with them.
     pub queue_items: u64,

@@ -11,8 +11,9 @@ use crate::sql::{int, text, Dialect, Tx};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
-/// How long each kind of record lives. The fast index has no entry here: each index row
-/// carries its own expiry (its strategy's horizon), or none when the type is durable.
+/// How long each kind of record lives. The fast index has no entry here: each key's slot
+/// carries its own expiry (its strategy's horizon), or none when the type is durable, and an
+/// effect holding a live slot is kept whatever its age.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PurgePolicy {
     /// Raw bodies are dropped after this; the delivery row and its proof stay.
@@ -25,7 +26,9 @@ pub struct PurgePolicy {
 /// What a purge removed (or, in a dry run, would remove).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PurgeCounts {
-    /// Fast-index entries past their horizon.
+    /// Fast-index entries past their horizon: the rows of `effect_index`, where the slots of
+    /// the keys reserved before schema version 13 are (a slot since is its effect's own row,
+    /// and its expiry a column of it: nothing to delete).
     pub index_entries: u64,
     /// Raw bodies set to NULL.
     pub payloads: u64,

@@ -732,6 +732,20 @@ mod tests {
         assert!(found.is_empty(), "DDL outside the migrations: {found:#?}");
     }
 
+    /// A SQLite database migrated to the version before `version`, and `version`'s migration.
+    fn just_before(version: i64) -> (Connection, String) {
+        let conn = Connection::open_in_memory().unwrap();
+        let mut next = None;
+        for (v, sql) in super::sqlite() {
+            if v < version {
+                conn.execute_batch(&sql).unwrap();
+            } else if v == version {
+                next = Some(sql);
+            }
+        }
+        (conn, next.expect("the version has a migration"))
+    }
+
     fn count(conn: &Connection, sql: &str) -> i64 {
         conn.query_row(sql, [], |r| r.get(0)).unwrap()
     }
@@ -760,19 +774,13 @@ mod tests {
     /// version 7 keeps each row, and the tables come out clustered with their indexes.
     #[test]
     fn sqlite_version_8_keeps_every_slot_and_link() {
-        let conn = Connection::open_in_memory().unwrap();
-        for (version, sql) in super::sqlite() {
-            if version <= 7 {
-                conn.execute_batch(&sql).unwrap();
-            }
-        }
+        let (conn, v8) = just_before(8);
         conn.execute_batch(
             "INSERT INTO effect_index VALUES ('h1', 'eff_1', NULL), ('h2', 'eff_2', 1700000000000), ('h3', 'eff_3', NULL);
              INSERT INTO links VALUES ('eff_1', 'dlv_1', 'reserved', 1), ('eff_1', 'dlv_2', 'retry', 2),
                                       ('eff_2', 'dlv_3', 'reserved', 3), ('eff_3', 'dlv_4', 'reserved', 4);",
         )
         .unwrap();
-        let (_, v8) = super::sqlite().into_iter().find(|(v, _)| *v == 8).unwrap();
         conn.execute_batch(&v8).unwrap();
 
         assert_eq!(count(&conn, "SELECT COUNT(*) FROM effect_index"), 3);
@@ -805,13 +813,7 @@ mod tests {
     /// `effect_index` where it was; a second effect of a number is refused.
     #[test]
     fn sqlite_version_13_numbers_the_effects_of_each_key_and_keeps_the_slots() {
-        let conn = Connection::open_in_memory().unwrap();
-        for (version, sql) in super::sqlite() {
-            if version <= 12 {
-                conn.execute_batch(&sql).unwrap();
-            }
-        }
-        let (_, v13) = super::sqlite().into_iter().find(|(v, _)| *v == 13).unwrap();
+        let (conn, v13) = just_before(13);
         let effect = |id: &str, hash: &str, at: i64| {
             format!(
                 "INSERT INTO effects (id, tenant, provider, env, scope_hash, durable, state, fencing_token, \
@@ -869,13 +871,7 @@ mod tests {
     /// lease its settlement's time, so a released effect is the only one without a lease.
     #[test]
     fn sqlite_version_12_bounds_the_sweep_at_the_earliest_reserved_lease() {
-        let conn = Connection::open_in_memory().unwrap();
-        for (version, sql) in super::sqlite() {
-            if version <= 11 {
-                conn.execute_batch(&sql).unwrap();
-            }
-        }
-        let (_, v12) = super::sqlite().into_iter().find(|(v, _)| *v == 12).unwrap();
+        let (conn, v12) = just_before(12);
         let fresh = Connection::open_in_memory().unwrap();
         for (_, sql) in super::sqlite() {
             fresh.execute_batch(&sql).unwrap();
@@ -930,12 +926,7 @@ mod tests {
     /// come out clustered with their indexes.
     #[test]
     fn sqlite_version_10_keeps_every_proof_and_effect() {
-        let conn = Connection::open_in_memory().unwrap();
-        for (version, sql) in super::sqlite() {
-            if version <= 9 {
-                conn.execute_batch(&sql).unwrap();
-            }
-        }
+        let (conn, v10) = just_before(10);
         conn.execute_batch(
             "INSERT INTO effects (id, tenant, provider, env, event_type, strategy_name, strategy_version, strategy_level, \
                key_value, scope_hash, durable, state, fencing_token, lease_until, holder, discriminants, result, error, \
@@ -952,7 +943,6 @@ mod tests {
              INSERT INTO links VALUES ('eff_1', 'dlv_1', 'reserved', 5);",
         )
         .unwrap();
-        let (_, v10) = super::sqlite().into_iter().find(|(v, _)| *v == 10).unwrap();
         conn.execute_batch(&v10).unwrap();
 
         let effect: (String, i64, Option<String>, String, String, i64) = conn

@@ -227,13 +227,14 @@ impl Store {
     /// on that view, and applies its decision with the proof in one atomic write (see the
     /// crate's documentation for how each backend makes it so).
     ///
-    /// * `Process` on a new key reserves it (effect + unique index entry); a lost race re-reads
-    ///   the prior and runs `matrix` again, so exactly one caller ever gets `process` for a key.
+    /// * `Process` on a new key reserves it (the effect, numbered next among its key's effects:
+    ///   the number is unique with the key); a lost race re-reads the prior and runs `matrix`
+    ///   again, so exactly one caller ever gets `process` for a key.
     /// * `Process` on a prior failed (retryable) or unknown effect takes it over: same effect,
     ///   fencing token + 1, a new lease.
     /// * `Process` flagged `possible_duplicate` or `unkeyed` creates a new effect outside the
-    ///   unique index (it may be a distinct operation); flagged `prior_purged`, the new effect
-    ///   takes over the expired index slot.
+    ///   key's slot (it may be a distinct operation); flagged `prior_purged`, the new effect
+    ///   holds the key's slot after the expired one.
     /// * `Ignore` links the delivery to the existing effect; `Quarantine` / `Reconcile` open a
     ///   queue item; `Reject` writes only the proof.
     ///

@@ -866,7 +866,7 @@ fn member_of(row: Row, members: usize) -> Result<(usize, Row)> {
 }
 
 /// Every decision's writes as ONE statement, set-oriented: the conditional writes first, one
-/// per shape (`h0`, `h1`: the index slots reserved, the effects taken over), then `ok`, the
+/// per shape (`h0`, `h1`: the effects reserved, the effects taken over), then `ok`, the
 /// members whose conditional write changed a row (or who had none), then every other write,
 /// one per table, keeping only the rows of `ok`'s members, as `executor::chained` does for one
 /// decision. It returns `ok`: the members whose writes were kept. `None` when nothing is to be
