@@ -72,6 +72,7 @@ conformance!(
     purge_keeps_proofs_and_durable_identities,
     a_slot_written_before_the_effects_held_them_still_answers,
     past_the_horizon_the_key_reads_as_purged,
+    racing_reservations_past_the_horizon_have_exactly_one_winner,
     acknowledged_writes_survive_reopening,
     a_store_that_is_down_is_unavailable,
     a_database_that_goes_away_makes_every_call_unavailable,

@@ -837,6 +837,85 @@ pub async fn past_the_horizon_the_key_reads_as_purged(b: &Backend) {
     assert_eq!(retry.effect, Some(e2));
 }
 
+/// A key past its horizon is reserved again by exactly one of many racing decisions, on eight
+/// instances (an instance runs a batch's decisions of one key one after the other, so the race
+/// is between instances): each made its view with the expired effect as the key's latest, so
+/// each writes the same next number of the key, which only the first can hold; the others are
+/// decided again and find the winner's effect.
+pub async fn racing_reservations_past_the_horizon_have_exactly_one_winner(b: &Backend) {
+    let mut stores = Vec::new();
+    for _ in 0..8 {
+        stores.push(b.open().await);
+    }
+    let short = || {
+        key(
+            "notice-3",
+            Confidence::Strong,
+            Horizon::For(Duration::hours(1)),
+            &[],
+        )
+    };
+    let reversible = matrix_for(Criticality::Reversible, Confidence::Strong);
+    let (_, first) = deliver(
+        &stores[0],
+        Delivery::new("first", t0()),
+        Some(short()),
+        &reversible,
+    )
+    .await;
+    let (expired, token) = reservation(&first);
+    stores[0]
+        .complete(&expired, token, "{}", t0())
+        .await
+        .unwrap();
+
+    let later = t0() + Duration::hours(2);
+    let mut ids = Vec::new();
+    for i in 0..32 {
+        let body = format!("again-{i}");
+        let d = Delivery::new(&body, later);
+        ids.push(stores[i % 8].journal(reception(&d)).await.unwrap());
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(ids.len()));
+    let mut tasks = Vec::new();
+    for (i, id) in ids.into_iter().enumerate() {
+        let (store, barrier, matrix) = (stores[i % 8].clone(), barrier.clone(), reversible.clone());
+        let key = short();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            store
+                .decide(request(&id, Some(key), later), &matrix)
+                .await
+                .expect("decide")
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for t in tasks {
+        outcomes.push(t.await.unwrap());
+    }
+    let winners: Vec<_> = outcomes
+        .iter()
+        .filter(|o| o.decision.action == Action::Process)
+        .collect();
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one process: {:?}",
+        outcomes
+            .iter()
+            .map(|o| o.decision.action)
+            .collect::<Vec<_>>()
+    );
+    let (effect, _) = reservation(winners[0]);
+    assert_ne!(effect, expired);
+    for o in outcomes
+        .iter()
+        .filter(|o| o.decision.action != Action::Process)
+    {
+        assert_eq!(o.effect.as_ref(), Some(&effect), "{:?}", o.decision);
+    }
+}
+
 pub async fn acknowledged_writes_survive_reopening(b: &Backend) {
     let store = b.open().await;
     let (d1, o1) = deliver(
