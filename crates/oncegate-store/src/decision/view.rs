@@ -149,8 +149,10 @@ fn view_sql(dialect: Dialect) -> &'static str {
     // index says, for when the horizon passed, with its number and its slot: it holds the
     // key's slot itself (`indexed`) unless a possible duplicate came after it, and then `s`
     // is the latest effect that does. `a`: an alias's effect, read only for a key no effect
-    // has. Then the state of the strategy's collision breaker (`breaker`), read in the same
-    // snapshot as the rest.
+    // has. Each of those two is looked up only when its condition holds (a `CASE`, which
+    // both engines evaluate lazily; in the join's condition, PostgreSQL probes first). Then
+    // the state of the strategy's collision breaker (`breaker`), read in the same snapshot as
+    // the rest.
     //
     // SQLite finds `t` as the first of two look-ups that holds an id, each the least id of its
     // matches: one with the same body, then any. The same row as PostgreSQL's one sorted
@@ -187,10 +189,11 @@ fn view_sql(dialect: Dialect) -> &'static str {
              LEFT JOIN effects e ON e.id = i.effect_id \
              LEFT JOIN effects l ON l.id = (SELECT x.id FROM effects x WHERE x.scope_hash = k.h \
                                             AND x.scope_seq IS NOT NULL ORDER BY x.scope_seq DESC LIMIT 1) \
-             LEFT JOIN effects s ON l.indexed = FALSE AND s.id = (SELECT z.id FROM effects z WHERE z.scope_hash = k.h \
-                                            AND z.scope_seq IS NOT NULL AND z.indexed ORDER BY z.scope_seq DESC LIMIT 1) \
-             LEFT JOIN effects a ON l.id IS NULL \
-                                AND a.id = (SELECT y.effect_id FROM effect_aliases y WHERE y.alias_hash = k.h)",
+             LEFT JOIN effects s ON s.id = CASE WHEN l.indexed = FALSE THEN \
+                                            (SELECT z.id FROM effects z WHERE z.scope_hash = k.h AND z.scope_seq IS NOT NULL \
+                                             AND z.indexed ORDER BY z.scope_seq DESC LIMIT 1) END \
+             LEFT JOIN effects a ON a.id = CASE WHEN l.id IS NULL THEN \
+                                            (SELECT y.effect_id FROM effect_aliases y WHERE y.alias_hash = k.h) END",
             indexed = EFFECT_VIEW_COLS,
             latest = EFFECT_VIEW_COLS.replace("e.", "l."),
             aliased = EFFECT_VIEW_COLS.replace("e.", "a."),
