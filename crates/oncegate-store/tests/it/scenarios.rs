@@ -233,6 +233,48 @@ pub async fn journal_and_read_back(b: &Backend) {
         .is_none());
 }
 
+/// Decides every request at once (each task waits for all the others at a barrier, then
+/// decides on its store) and returns the outcomes in the requests' order.
+async fn decide_at_once<M>(
+    requests: Vec<(Arc<Store>, DecideRequest)>,
+    matrix: M,
+) -> Vec<DecideOutcome>
+where
+    M: oncegate_store::Matrix + Clone + 'static,
+{
+    let barrier = Arc::new(tokio::sync::Barrier::new(requests.len()));
+    let mut tasks = Vec::new();
+    for (store, request) in requests {
+        let (barrier, matrix) = (barrier.clone(), matrix.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            store.decide(request, &matrix).await.expect("decide")
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for t in tasks {
+        outcomes.push(t.await.unwrap());
+    }
+    outcomes
+}
+
+/// The position of the one outcome that is `process`, failing unless there is exactly one.
+fn the_one_winner(outcomes: &[DecideOutcome]) -> usize {
+    let winners: Vec<usize> = (0..outcomes.len())
+        .filter(|&i| outcomes[i].decision.action == Action::Process)
+        .collect();
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one process: {:?}",
+        outcomes
+            .iter()
+            .map(|o| o.decision.action)
+            .collect::<Vec<_>>()
+    );
+    winners[0]
+}
+
 pub async fn racing_reservations_have_exactly_one_winner(b: &Backend) {
     // Two stores on the same database, as two instances of the service would be.
     let stores = [b.open().await, b.open().await];
@@ -242,41 +284,16 @@ pub async fn racing_reservations_have_exactly_one_winner(b: &Backend) {
         let d = Delivery::new(&body, t0());
         ids.push(stores[i % 2].journal(reception(&d)).await.unwrap());
     }
-    let barrier = Arc::new(tokio::sync::Barrier::new(64));
-    let mut tasks = Vec::new();
-    for (i, id) in ids.into_iter().enumerate() {
-        let store = stores[i % 2].clone();
-        let barrier = barrier.clone();
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            let outcome = store
-                .decide(
-                    request(&id, Some(strong("re_race")), t0()),
-                    &strong_critical(),
-                )
-                .await
-                .expect("decide");
-            (id, outcome)
-        }));
-    }
-    let mut outcomes = Vec::new();
-    for t in tasks {
-        outcomes.push(t.await.unwrap());
-    }
-    let winners: Vec<_> = outcomes
-        .iter()
-        .filter(|(_, o)| o.decision.action == Action::Process)
+    let requests = (ids.iter().enumerate())
+        .map(|(i, id)| {
+            let request = request(id, Some(strong("re_race")), t0());
+            (stores[i % 2].clone(), request)
+        })
         .collect();
-    assert_eq!(
-        winners.len(),
-        1,
-        "exactly one process: {:?}",
-        outcomes
-            .iter()
-            .map(|(_, o)| o.decision.action)
-            .collect::<Vec<_>>()
-    );
-    let (winner_delivery, winner) = winners[0];
+    let decided = decide_at_once(requests, strong_critical()).await;
+    let won = the_one_winner(&decided);
+    let outcomes: Vec<(DeliveryId, DecideOutcome)> = ids.into_iter().zip(decided).collect();
+    let (winner_delivery, winner) = (&outcomes[won].0, &outcomes[won].1);
     let (effect, token) = reservation(winner);
     assert_eq!(token, 1);
     for (_, o) in outcomes
@@ -876,37 +893,11 @@ pub async fn racing_reservations_past_the_horizon_have_exactly_one_winner(b: &Ba
         let d = Delivery::new(&body, later);
         ids.push(stores[i % 8].journal(reception(&d)).await.unwrap());
     }
-    let barrier = Arc::new(tokio::sync::Barrier::new(ids.len()));
-    let mut tasks = Vec::new();
-    for (i, id) in ids.into_iter().enumerate() {
-        let (store, barrier, matrix) = (stores[i % 8].clone(), barrier.clone(), reversible.clone());
-        let key = short();
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            store
-                .decide(request(&id, Some(key), later), &matrix)
-                .await
-                .expect("decide")
-        }));
-    }
-    let mut outcomes = Vec::new();
-    for t in tasks {
-        outcomes.push(t.await.unwrap());
-    }
-    let winners: Vec<_> = outcomes
-        .iter()
-        .filter(|o| o.decision.action == Action::Process)
+    let requests = (ids.iter().enumerate())
+        .map(|(i, id)| (stores[i % 8].clone(), request(id, Some(short()), later)))
         .collect();
-    assert_eq!(
-        winners.len(),
-        1,
-        "exactly one process: {:?}",
-        outcomes
-            .iter()
-            .map(|o| o.decision.action)
-            .collect::<Vec<_>>()
-    );
-    let (effect, _) = reservation(winners[0]);
+    let outcomes = decide_at_once(requests, reversible).await;
+    let (effect, _) = reservation(&outcomes[the_one_winner(&outcomes)]);
     assert_ne!(effect, expired);
     for o in outcomes
         .iter()
