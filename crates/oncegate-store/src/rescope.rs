@@ -18,6 +18,7 @@
 //! numbered last among the operation's effects, and gives the slot up when one is held there.
 
 use crate::codes;
+use crate::effect;
 use crate::error::StoreError;
 use crate::sql::{int, text, Tx, Value};
 
@@ -169,10 +170,10 @@ pub(crate) async fn rescope<T: Tx + Send>(
                 )
                 .await?
                 .is_empty();
+            let seq = effect::next_seq(tx, &shared).await?;
             let moved = tx
                 .exec(
-                    "UPDATE effects SET scope_hash = $1, \
-                     scope_seq = (SELECT COALESCE(MAX(x.scope_seq), 0) + 1 FROM effects x WHERE x.scope_hash = $1), \
+                    "UPDATE effects SET scope_hash = $1, scope_seq = $5, \
                      indexed = CASE WHEN $4 THEN FALSE ELSE indexed END \
                      WHERE id = $2 AND scope_hash = $3",
                     &[
@@ -180,6 +181,7 @@ pub(crate) async fn rescope<T: Tx + Send>(
                         text(id.as_str()),
                         text(legacy.as_str()),
                         Value::Bool(held),
+                        int(seq),
                     ],
                 )
                 .await?;

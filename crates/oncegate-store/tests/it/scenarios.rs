@@ -131,6 +131,16 @@ fn strong(value: &str) -> EffectKey {
     )
 }
 
+/// A strong key with a horizon of one hour and no discriminants.
+fn for_an_hour(value: &str) -> EffectKey {
+    key(
+        value,
+        Confidence::Strong,
+        Horizon::For(Duration::hours(1)),
+        &[],
+    )
+}
+
 fn request(delivery: &DeliveryId, key: Option<EffectKey>, now: OffsetDateTime) -> DecideRequest {
     DecideRequest {
         delivery: delivery.clone(),
@@ -666,14 +676,7 @@ pub async fn purge_keeps_proofs_and_durable_identities(b: &Backend) {
     let store = b.open().await;
     let m = strong_critical();
     let durable = || key("ledger-1", Confidence::Strong, Horizon::Durable, &[]);
-    let short = || {
-        key(
-            "notice-1",
-            Confidence::Strong,
-            Horizon::For(Duration::hours(1)),
-            &[],
-        )
-    };
+    let short = || for_an_hour("notice-1");
     let (dd, od) = deliver(&store, Delivery::new("durable", t0()), Some(durable()), &m).await;
     let (ds, os) = deliver(&store, Delivery::new("short", t0()), Some(short()), &m).await;
     let (ed, td) = reservation(&od);
@@ -790,14 +793,7 @@ pub async fn purge_keeps_proofs_and_durable_identities(b: &Backend) {
 
 pub async fn past_the_horizon_the_key_reads_as_purged(b: &Backend) {
     let store = b.open().await;
-    let short = || {
-        key(
-            "notice-2",
-            Confidence::Strong,
-            Horizon::For(Duration::hours(1)),
-            &[],
-        )
-    };
+    let short = || for_an_hour("notice-2");
     let (d1, first) = deliver(
         &store,
         Delivery::new("a", t0()),
@@ -864,14 +860,7 @@ pub async fn racing_reservations_past_the_horizon_have_exactly_one_winner(b: &Ba
     for _ in 0..8 {
         stores.push(b.open().await);
     }
-    let short = || {
-        key(
-            "notice-3",
-            Confidence::Strong,
-            Horizon::For(Duration::hours(1)),
-            &[],
-        )
-    };
+    let short = || for_an_hour("notice-3");
     let reversible = matrix_for(Criticality::Reversible, Confidence::Strong);
     let (_, first) = deliver(
         &stores[0],
