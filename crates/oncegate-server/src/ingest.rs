@@ -33,10 +33,15 @@ const OVERSIZE_FACTOR: usize = 16;
 
 /// Reads a request body within `max` bytes: whole, or cut (over the limit, broken, late) with
 /// the size and hash of what arrived.
+///
+/// A whole body is hashed once, by `oncegate::Body::whole`. Only a body cut short is hashed
+/// here: from the moment it is cut (the bytes kept so far first), so its journal entry has the
+/// hash of everything that arrived, though the bytes are not kept.
 pub(crate) async fn read_body(body: Body, max: usize) -> oncegate::Body {
     let cap = max.saturating_mul(OVERSIZE_FACTOR).max(16 * 1024 * 1024) as u64;
     let mut body = body;
-    let mut hasher = Sha256::new();
+    // Started when the body goes over the limit: what arrives after is hashed, not kept.
+    let mut hasher: Option<Sha256> = None;
     let mut bytes = Vec::new();
     let mut size = 0u64;
     let mut cut = None;
@@ -55,14 +60,17 @@ pub(crate) async fn read_body(body: Body, max: usize) -> oncegate::Body {
             continue;
         };
         size += data.len() as u64;
-        hasher.update(&data);
-        if cut.is_none() {
-            if bytes.len() + data.len() > max {
+        match hasher.as_mut() {
+            Some(hasher) => hasher.update(&data),
+            None if bytes.len() + data.len() > max => {
                 cut = Some(Cut::OverLimit);
+                let mut started = Sha256::new();
+                started.update(&bytes);
+                started.update(&data);
+                hasher = Some(started);
                 bytes = Vec::new();
-            } else {
-                bytes.extend_from_slice(&data);
             }
+            None => bytes.extend_from_slice(&data),
         }
         if size > cap {
             break;
@@ -70,7 +78,14 @@ pub(crate) async fn read_body(body: Body, max: usize) -> oncegate::Body {
     }
     match cut {
         None => oncegate::Body::whole(bytes),
-        Some(cut) => oncegate::Body::cut(size, hex::encode(hasher.finalize()), cut),
+        Some(cut) => {
+            // A body broken or late within the limit: everything that arrived is in `bytes`.
+            let hash = match hasher {
+                Some(hasher) => hasher.finalize(),
+                None => Sha256::digest(&bytes),
+            };
+            oncegate::Body::cut(size, hex::encode(hash), cut)
+        }
     }
 }
 
@@ -338,5 +353,58 @@ pub(crate) fn decision_body(p: &Proof) -> DecisionBody {
         event_type: p.event_type.clone(),
         queue_item_id: p.queue_item.as_ref().map(ToString::to_string),
         shadow: p.details.shadow.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Bytes;
+
+    fn sha256(bytes: &[u8]) -> String {
+        hex::encode(Sha256::digest(bytes))
+    }
+
+    /// A body of these frames, then the error `broken` when it is given.
+    fn body(frames: &[&str], broken: bool) -> Body {
+        let mut parts: Vec<Result<Bytes, std::io::Error>> = frames
+            .iter()
+            .map(|f| Ok(Bytes::copy_from_slice(f.as_bytes())))
+            .collect();
+        if broken {
+            parts.push(Err(std::io::Error::other("connection reset")));
+        }
+        Body::from_stream(futures_util::stream::iter(parts))
+    }
+
+    #[tokio::test]
+    async fn a_whole_body_is_kept_with_its_hash() {
+        let read = read_body(body(&["{\"a\":", "1}"], false), 16).await;
+        assert_eq!(read.cut_by(), None);
+        assert_eq!(read.bytes(), b"{\"a\":1}");
+        assert_eq!(read.sha256(), sha256(b"{\"a\":1}"));
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_keeps_the_hash_of_every_byte_that_arrived() {
+        let frames = ["0123456789", "abcdefghij", "KLMNOPQRST"];
+        let read = read_body(body(&frames, false), 15).await;
+        assert_eq!(read.cut_by(), Some(&Cut::OverLimit));
+        assert!(read.bytes().is_empty(), "a body over the limit is not kept");
+        assert_eq!(read.size(), 30);
+        assert_eq!(read.sha256(), sha256(frames.concat().as_bytes()));
+    }
+
+    #[tokio::test]
+    async fn a_broken_body_keeps_the_hash_of_what_arrived() {
+        let read = read_body(body(&["0123", "4567"], true), 64).await;
+        assert_eq!(read.cut_by(), Some(&Cut::Broken));
+        assert_eq!(read.size(), 8);
+        assert_eq!(read.sha256(), sha256(b"01234567"));
+
+        let over = read_body(body(&["0123", "4567", "89"], true), 6).await;
+        assert_eq!(over.cut_by(), Some(&Cut::Broken));
+        assert_eq!(over.size(), 10);
+        assert_eq!(over.sha256(), sha256(b"0123456789"));
     }
 }
