@@ -145,14 +145,17 @@ fn view_sql(dialect: Dialect) -> &'static str {
     // `t`: the earliest decided, non-rejected delivery with the same strong transport key (one
     // with the same body first) within `TRANSPORT_WINDOW` (`$11`, the window's first id); a
     // packet journaled but refused proves nothing. `i`/`e`: a fast-index entry written before
-    // schema version 13 and its effect. `l`: the latest effect with this key, whatever the
-    // index says, for when the horizon passed, with its number and its slot: it holds the
-    // key's slot itself (`indexed`) unless a possible duplicate came after it, and then `s`
-    // is the latest effect that does. `a`: an alias's effect, read only for a key no effect
-    // has. Each of those two is looked up only when its condition holds (a `CASE`, which
-    // both engines evaluate lazily; in the join's condition, PostgreSQL probes first). Then
+    // schema version 13 and its effect, probed only when that table holds any slot at all
+    // (`any_row`: nothing writes the table any more, and the purge empties it as the slots
+    // expire). `l`: the latest effect with this key, whatever the index says, for when the
+    // horizon passed, with its number and its slot: it holds the key's slot itself
+    // (`indexed`) unless a possible duplicate came after it, and then `s` is the latest effect
+    // that does. `a`: an alias's effect, read only for a key no effect has, on a store that
+    // holds aliases. Each of those two is looked up only when its condition holds (a `CASE`,
+    // which both engines evaluate lazily; in the join's condition, PostgreSQL probes first). Then
     // the state of the strategy's collision breaker (`breaker`), read in the same snapshot as
-    // the rest.
+    // the rest, and only on a store where some breaker has ever opened (its row is written
+    // when it first opens).
     //
     // SQLite finds `t` as the first of two look-ups that holds an id, each the least id of its
     // matches: one with the same body, then any. The same row as PostgreSQL's one sorted
@@ -178,28 +181,54 @@ fn view_sql(dialect: Dialect) -> &'static str {
                  (SELECT MIN(d.id) {packets} AND d.body_sha256 = $7), (SELECT MIN(d.id) {packets}))"
             ),
         };
+        // The key's latest effect: PostgreSQL reads it whole from the one backward scan of
+        // `effects_scope_seq` that finds it (a lateral join); SQLite, which has no lateral
+        // join, finds its id so, then the row by its primary key.
+        let latest_join = match dialect {
+            Dialect::Postgres => format!(
+                "LEFT JOIN LATERAL (SELECT {latest_cols}, x.scope_seq, x.indexed, x.index_expires_at \
+                 FROM effects x WHERE x.scope_hash = k.h AND x.scope_seq IS NOT NULL \
+                 ORDER BY x.scope_seq DESC LIMIT 1) l ON TRUE",
+                latest_cols = EFFECT_VIEW_COLS.replace("e.", "x."),
+            ),
+            Dialect::Sqlite => "LEFT JOIN effects l ON l.id = (SELECT x.id FROM effects x WHERE x.scope_hash = k.h \
+                 AND x.scope_seq IS NOT NULL ORDER BY x.scope_seq DESC LIMIT 1)"
+                .to_owned(),
+        };
         format!(
             "SELECT t.id, t.body_sha256, i.scope_hash, i.expires_at, {indexed}, {latest}, {aliased}, \
-             (SELECT b.state FROM breakers b WHERE b.provider = $3 AND b.env = $4 AND b.event_type = $8 \
-              AND b.strategy_name = $9 AND b.strategy_version = $10), \
+             CASE WHEN {any_breaker} THEN \
+              (SELECT b.state FROM breakers b WHERE b.provider = $3 AND b.env = $4 AND b.event_type = $8 \
+               AND b.strategy_name = $9 AND b.strategy_version = $10) END, \
              l.scope_seq, l.indexed, l.index_expires_at, {slot}, s.index_expires_at \
              FROM (SELECT CAST($1 AS TEXT) AS h) k \
              {transport} \
-             LEFT JOIN effect_index i ON i.scope_hash = k.h \
+             LEFT JOIN effect_index i ON i.scope_hash = CASE WHEN {any_slot} THEN k.h END \
              LEFT JOIN effects e ON e.id = i.effect_id \
-             LEFT JOIN effects l ON l.id = (SELECT x.id FROM effects x WHERE x.scope_hash = k.h \
-                                            AND x.scope_seq IS NOT NULL ORDER BY x.scope_seq DESC LIMIT 1) \
+             {latest_join} \
              LEFT JOIN effects s ON s.id = CASE WHEN l.indexed = FALSE THEN \
                                             (SELECT z.id FROM effects z WHERE z.scope_hash = k.h AND z.scope_seq IS NOT NULL \
                                              AND z.indexed ORDER BY z.scope_seq DESC LIMIT 1) END \
-             LEFT JOIN effects a ON a.id = CASE WHEN l.id IS NULL THEN \
+             LEFT JOIN effects a ON a.id = CASE WHEN l.id IS NULL AND {any_alias} THEN \
                                             (SELECT y.effect_id FROM effect_aliases y WHERE y.alias_hash = k.h) END",
+            any_slot = any_row("effect_index", "scope_hash"),
+            any_breaker = any_row("breakers", "provider"),
+            any_alias = any_row("effect_aliases", "alias_hash"),
             indexed = EFFECT_VIEW_COLS,
             latest = EFFECT_VIEW_COLS.replace("e.", "l."),
             aliased = EFFECT_VIEW_COLS.replace("e.", "a."),
             slot = EFFECT_VIEW_COLS.replace("e.", "s."),
         )
     })
+}
+
+/// Whether `table` holds any row, as a condition of the view's statement: the first entry of
+/// the index `column` leads, read once per statement (an uncorrelated subquery), in the
+/// statement's snapshot. A look-up of a table most stores leave empty (the slots written before
+/// schema version 13, the breakers ever opened, the aliases of a cut-over) is made for each
+/// decision only where the table holds something.
+fn any_row(table: &str, column: &str) -> String {
+    format!("(SELECT n.{column} FROM {table} n ORDER BY n.{column} LIMIT 1) IS NOT NULL")
 }
 
 /// The view from the rows of its statement.
