@@ -156,10 +156,10 @@ impl<'a> Statement<'a> {
         returning_key: bool,
     ) -> Result<String> {
         let template = rows.template;
-        let shape = insert_shape(template)?;
         let Some((source, types)) = self.bind(rows, alias) else {
             return Ok(String::new());
         };
+        let shape = insert_shape(template)?;
         let values = source.columns_of(shape.values)?;
         let tail = if shape.tail.contains('$') {
             // `excluded` is the row that conflicted; its first column finds its own values.
@@ -207,13 +207,13 @@ impl<'a> Statement<'a> {
     /// update the same one.
     pub fn update(&mut self, rows: Rows<'a>, alias: &str, filter: Option<&str>) -> Result<String> {
         let template = rows.template;
+        let Some((source, types)) = self.bind(rows, alias) else {
+            return Ok(String::new());
+        };
         let (update, condition) = template
             .strip_prefix("UPDATE ")
             .and_then(|rest| rest.split_once(" WHERE "))
             .ok_or_else(|| not_a_template(template))?;
-        let Some((source, types)) = self.bind(rows, alias) else {
-            return Ok(String::new());
-        };
         let mut sql = format!(
             "UPDATE {} FROM {} WHERE ({})",
             source.columns_of(update)?,
