@@ -365,7 +365,7 @@ mod tests {
         hex::encode(Sha256::digest(bytes))
     }
 
-    /// A body of these frames, then the error `broken` when it is given.
+    /// A body of these frames, followed by a broken connection when `broken`.
     fn body(frames: &[&str], broken: bool) -> Body {
         let mut parts: Vec<Result<Bytes, std::io::Error>> = frames
             .iter()
