@@ -23,7 +23,8 @@
 //! Run: `cargo bench -p oncegate-cli --bench load` (PostgreSQL at 127.0.0.1:5432 or
 //! `ONCEGATE_TEST_PG`). `ONCEGATE_LOAD_SECS` is the seconds of each slice (5), `ONCEGATE_LOAD_ROUNDS`
 //! the slices per side (3), `ONCEGATE_LOAD_CONNECTIONS` the connections (32),
-//! `ONCEGATE_LOAD_BACKENDS` `sqlite`, `postgres` or both, `ONCEGATE_LOAD_SCALE` the largest
+//! `ONCEGATE_LOAD_BACKENDS` `sqlite`, `postgres` or both, `ONCEGATE_LOAD_WORKERS` the threads
+//! of `oncegate serve` (`--workers`; unset, one per core), `ONCEGATE_LOAD_SCALE` the largest
 //! seeded count (1000000; 0 skips the scale mode), `ONCEGATE_LOAD_ROUNDS=0` runs the scale mode
 //! alone. `ONCEGATE_LOAD_PERF=<dir>` records each side's server and PostgreSQL backends with
 //! `perf` in a slice of its own after the timed ones, and prints the backends' CPU per decision
@@ -286,6 +287,15 @@ fn contract() -> std::path::PathBuf {
     path
 }
 
+/// `oncegate serve --workers`, from `ONCEGATE_LOAD_WORKERS` (unset: serve's default, a thread
+/// per core).
+fn workers() -> Option<u16> {
+    std::env::var("ONCEGATE_LOAD_WORKERS").ok().map(|v| {
+        v.parse()
+            .expect("ONCEGATE_LOAD_WORKERS is a number of threads")
+    })
+}
+
 /// Where this run's contract is written (removed at the end of the run).
 fn contract_path() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("oncegate-load-{}.toml", std::process::id()))
@@ -299,6 +309,8 @@ async fn oncegate(store: &str) -> Server {
         .arg(contract())
         .arg("--no-purge")
         .args(["--store", store, "--listen", &format!("127.0.0.1:{port}")])
+        .args(workers().map(|n| format!("--workers={n}")))
+        .env_remove("ONCEGATE_WORKERS")
         .env(
             "ONCEGATE_TOKENS",
             format!("ingest:*:{TOKEN};operator:*:{OPERATOR_TOKEN}"),
@@ -384,7 +396,11 @@ async fn bench() {
     if rounds > 0 {
         println!(
             "load: {connections} connections over HTTP, {rounds} alternating slices of {secs} s per side; \
-             mix 70 % new captures, 25 % re-encoded retries, 5 % collisions; each process completed"
+             mix 70 % new captures, 25 % re-encoded retries, 5 % collisions; each process completed{}",
+            match workers() {
+                Some(n) => format!("; oncegate serve --workers {n}"),
+                None => String::new(),
+            }
         );
         println!(
             "{:<9} {:>14} {:>9} {:>9} {:>14} {:>9} {:>9} {:>7}",

@@ -130,6 +130,10 @@ enum Command {
         /// Deepest JSON nesting accepted (overrides the contract's `settings.max_depth`).
         #[arg(long)]
         max_depth: Option<usize>,
+        /// Threads answering requests (default: one per core). On a machine shared with
+        /// PostgreSQL, fewer threads wait and wake less per decision: see docs/deploy.md.
+        #[arg(long, env = "ONCEGATE_WORKERS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+        workers: Option<u16>,
     },
     /// Work the ambiguity queue: `queue list|show|resolve`.
     Queue {
@@ -311,10 +315,11 @@ fn main() -> ExitCode {
             reconcile_every,
             max_body_bytes,
             max_depth,
+            workers,
         } => {
             let json = log_json || std::env::var("ONCEGATE_LOG").is_ok_and(|v| v == "json");
             oncegate_server::init_logging(json);
-            runtime()
+            runtime_with(workers.map(usize::from))
                 .and_then(|rt| {
                     rt.block_on(serve::run(serve::Options {
                         contract: contract.as_deref(),
@@ -418,7 +423,16 @@ fn main() -> ExitCode {
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
+    runtime_with(None)
+}
+
+/// The async runtime, with `workers` threads (default: one per core).
+fn runtime_with(workers: Option<usize>) -> Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        builder.worker_threads(n);
+    }
+    builder
         .enable_all()
         .build()
         .context("starting the async runtime")

@@ -143,7 +143,8 @@ pub async fn run(o: Options<'_>) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(o.listen)
         .await
         .with_context(|| format!("listening on {}", o.listen))?;
-    tracing::info!(address = %listener.local_addr()?, store = %location, contract = %contract.source, "oncegate serving");
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
+    tracing::info!(address = %listener.local_addr()?, store = %location, contract = %contract.source, workers, "oncegate serving");
     oncegate_server::serve(listener, config, shutdown.received()).await?;
     tracing::info!("stopped: in-flight decisions finished");
     Ok(())

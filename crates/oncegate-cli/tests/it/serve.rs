@@ -13,6 +13,8 @@ pub(crate) struct Server {
     pub(crate) base: String,
     /// Which store the start-up line says is in use.
     store: String,
+    /// How many threads the start-up line says answer requests.
+    workers: u64,
 }
 
 fn start(store: &str) -> Server {
@@ -32,6 +34,7 @@ pub(crate) fn start_with(store: &str, extra: &[&str]) -> Server {
             "--log-json",
         ])
         .args(extra)
+        .env_remove("ONCEGATE_WORKERS")
         .env("ONCEGATE_KEY_SALT", "serve-test-salt")
         .env("ONCEGATE_TOKENS", TOKENS)
         .env_remove("ONCEGATE_TOKENS_FILE")
@@ -42,7 +45,7 @@ pub(crate) fn start_with(store: &str, extra: &[&str]) -> Server {
         .expect("the binary starts");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut seen = Vec::new();
-    let (address, store) = loop {
+    let (address, store, workers) = loop {
         let Some(Ok(line)) = lines.next() else {
             let _ = child.kill();
             panic!(
@@ -59,6 +62,7 @@ pub(crate) fn start_with(store: &str, extra: &[&str]) -> Server {
                     .expect("the address is logged")
                     .to_owned(),
                 v["store"].as_str().expect("the store is logged").to_owned(),
+                v["workers"].as_u64().expect("the threads are logged"),
             );
         }
         seen.push(line);
@@ -69,6 +73,7 @@ pub(crate) fn start_with(store: &str, extra: &[&str]) -> Server {
         child,
         base: format!("http://{address}"),
         store,
+        workers,
     }
 }
 
@@ -165,6 +170,36 @@ async fn serve_answers_on_sqlite_and_stops_gracefully() {
     exercise(&server).await;
     stop(server);
     assert!(db.exists(), "the SQLite file is where it was asked to be");
+}
+
+/// `--workers` sets the threads that answer requests; by default there is one per core.
+#[tokio::test]
+async fn serve_answers_on_the_threads_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", dir.path().join("workers.db").display());
+    let server = start(&store);
+    let cores = std::thread::available_parallelism().unwrap().get() as u64;
+    assert_eq!(server.workers, cores, "one thread per core by default");
+    stop(server);
+    for n in [1, 3] {
+        // A store of its own each: `exercise` expects its delivery to be new.
+        let store = format!("sqlite://{}", dir.path().join(format!("{n}.db")).display());
+        let server = start_with(&store, &["--workers", &n.to_string()]);
+        assert_eq!(server.workers, n);
+        exercise(&server).await;
+        stop(server);
+    }
+    // No thread at all could answer nothing: refused before anything starts.
+    let out = Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .args(["serve", "--contract", CONTRACT, "--store", &store])
+        .args(["--listen", "127.0.0.1:0", "--workers", "0"])
+        .env("ONCEGATE_KEY_SALT", "serve-test-salt")
+        .env("ONCEGATE_TOKENS", TOKENS)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "a usage error: {err}");
+    assert!(err.contains("--workers"), "names the option: {err}");
 }
 
 #[test]
