@@ -190,16 +190,25 @@ async fn serve_answers_on_the_threads_it_is_given() {
         stop(server);
     }
     // No thread at all could answer nothing: refused before anything starts.
-    let out = Command::new(env!("CARGO_BIN_EXE_oncegate"))
-        .args(["serve", "--contract", CONTRACT, "--store", &store])
-        .args(["--listen", "127.0.0.1:0", "--workers", "0"])
-        .env("ONCEGATE_KEY_SALT", "serve-test-salt")
-        .env("ONCEGATE_TOKENS", TOKENS)
-        .output()
-        .unwrap();
+    let out = refused_start(&store, &["--workers", "0"], dir.path());
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "a usage error: {err}");
     assert!(err.contains("--workers"), "names the option: {err}");
+}
+
+/// Runs `serve` on `store` with `extra` in `dir`, for a start that must be refused (it would
+/// otherwise serve until killed).
+fn refused_start(store: &str, extra: &[&str], dir: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_oncegate"))
+        .args(["serve", "--contract", CONTRACT, "--store", store])
+        .args(["--listen", "127.0.0.1:0"])
+        .args(extra)
+        .current_dir(dir)
+        .env_remove("ONCEGATE_WORKERS")
+        .env("ONCEGATE_KEY_SALT", "serve-test-salt")
+        .env("ONCEGATE_TOKENS", TOKENS)
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -207,14 +216,7 @@ fn a_store_string_that_names_no_store_is_refused_and_nothing_is_created() {
     let dir = tempfile::tempdir().unwrap();
     // A libpq string with a typo, and a bare file name: neither may become a SQLite file.
     for store in ["hots=127.0.0.1 port=5432 dbname=og", "oncegate.db"] {
-        let out = Command::new(env!("CARGO_BIN_EXE_oncegate"))
-            .args(["serve", "--contract", CONTRACT, "--store", store])
-            .args(["--listen", "127.0.0.1:0"])
-            .current_dir(dir.path())
-            .env("ONCEGATE_KEY_SALT", "serve-test-salt")
-            .env("ONCEGATE_TOKENS", TOKENS)
-            .output()
-            .unwrap();
+        let out = refused_start(store, &[], dir.path());
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{store}: a usage error: {err}");
         assert!(
