@@ -7,7 +7,8 @@
 //! (Redis acknowledges before anything reaches a disk). The goal is ≥ 10× that, durably.
 //!
 //! Run: `cargo bench -p oncegate --bench deliver` (PostgreSQL at 127.0.0.1:5432, or
-//! `ONCEGATE_TEST_PG`; `ONCEGATE_BENCH_BACKENDS=sqlite` or `=postgres` measures one backend).
+//! `ONCEGATE_TEST_PG`; `ONCEGATE_BENCH_BACKENDS=sqlite` or `=postgres` measures one backend;
+//! `ONCEGATE_BENCH_WORKERS` sets the runtime's threads, 2 by default).
 //! Criterion prints each cell's throughput (`thrpt`, deliveries completed per second).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +23,14 @@ use oncegate_store::testing::TestDatabase;
 const PEER_PER_SECOND: f64 = 1_900.0;
 
 const CALLERS: [usize; 2] = [1, 32];
+
+/// The runtime's threads: `ONCEGATE_BENCH_WORKERS`, else 2.
+fn workers() -> usize {
+    std::env::var("ONCEGATE_BENCH_WORKERS").map_or(2, |v| {
+        v.parse()
+            .expect("ONCEGATE_BENCH_WORKERS is a number of threads")
+    })
+}
 
 fn wanted(backend: &str) -> bool {
     std::env::var("ONCEGATE_BENCH_BACKENDS")
@@ -54,7 +63,7 @@ async fn once(gate: &Gate, n: u64) {
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers())
         .enable_all()
         .build()
         .unwrap();

@@ -35,6 +35,7 @@ pub(crate) fn start_with(store: &str, extra: &[&str]) -> Server {
         ])
         .args(extra)
         .env_remove("ONCEGATE_WORKERS")
+        .env_remove("TOKIO_WORKER_THREADS")
         .env("ONCEGATE_KEY_SALT", "serve-test-salt")
         .env("ONCEGATE_TOKENS", TOKENS)
         .env_remove("ONCEGATE_TOKENS_FILE")
@@ -189,7 +190,7 @@ async fn serve_answers_on_the_threads_it_is_given() {
         exercise(&server).await;
         stop(server);
     }
-    // No thread at all could answer nothing: refused before anything starts.
+    // Zero threads would answer nothing: refused before anything starts.
     let out = refused_start(&store, &["--workers", "0"], dir.path());
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "a usage error: {err}");
