@@ -7,12 +7,14 @@
 //! of a busy moment share a commit. Every statement is set-oriented (`set`): a batch costs the
 //! same few statements whatever its size. Then:
 //!
-//! 1. it sends `BEGIN`, one statement for every journal entry and every decision's view (the
-//!    entries a data-modifying `WITH` in front of the views), and one for every complete's
-//!    guarded update, at once (pipelined: one round trip);
-//! 2. it runs each decision's matrix on its view, and sends every decision's writes as one
-//!    statement (`chained_set`) followed by `COMMIT` (a second round trip; the rows go in the
-//!    order of the locks they take, so two runners never wait on each other in a cycle);
+//! 1. it sends `BEGIN`, one statement for every journal entry without a decision (refusals,
+//!    deliveries journaled before their decision) and every decision's view (the entries a
+//!    data-modifying `WITH` in front of the views), and one for every complete's guarded
+//!    update, at once (pipelined: one round trip);
+//! 2. it runs each decision's matrix on its view, and sends every reception's journal entry
+//!    with every decision's writes as one statement (`chained_set`) followed by `COMMIT` (a
+//!    second round trip; the rows go in the order of the locks they take, so two runners never
+//!    wait on each other in a cycle);
 //! 3. it answers each caller only now, after the commit.
 //!
 //! Isolation of the members: a decision whose conditional write found its key taken (by another
@@ -166,13 +168,19 @@ impl Item {
         }
     }
 
-    /// A journal entry and its decision.
+    /// A journal entry and its decision. The entry carries the decision's event type when it
+    /// has none of its own: it is written in the decision's statement, whose update of it
+    /// would not see it (`chained_set`).
     pub fn receive(
         id: DeliveryId,
-        reception: NewReception,
-        deciding: Deciding,
+        mut reception: NewReception,
+        mut deciding: Deciding,
         reply: oneshot::Sender<Result<(DeliveryId, Result<DecideOutcome>)>>,
     ) -> Item {
+        if reception.event_type.is_none() && deciding.request.event_type.is_some() {
+            reception.event_type = deciding.request.event_type.clone();
+            deciding.scope.event_type = reception.event_type.clone();
+        }
         Item {
             journal: Some((id, reception)),
             decide: Some(deciding),
@@ -446,8 +454,6 @@ enum Failure {
 enum Part {
     Journal,
     View,
-    /// A journal entry and its decision's view, in one statement.
-    JournalView,
     Complete,
     Write,
 }
@@ -549,12 +555,20 @@ async fn refused(
 
 /// The part of the first round trip's statement a lone member failed in.
 fn first_part(item: &Item) -> Part {
-    match (&item.journal, &item.decide) {
-        (Some(_), Some(_)) if item.failed.is_none() => Part::JournalView,
-        (Some(_), _) => Part::Journal,
-        (None, Some(_)) => Part::View,
-        (None, None) => Part::Complete,
+    if item.journal.is_some() && journal_first(item) {
+        Part::Journal
+    } else if item.decide.is_some() {
+        Part::View
+    } else {
+        Part::Complete
     }
+}
+
+/// Whether a member's journal entry goes in the first round trip: when it has no decision to
+/// write. A reception's entry goes in the second, in its decision's statement (`chained_set`),
+/// written whatever its decision's conditional write does.
+fn journal_first(item: &Item) -> bool {
+    item.decide.is_none() || item.failed.is_some()
 }
 
 /// One attempt at a batch: everything written and committed, every member answered or handed
@@ -596,7 +610,7 @@ fn first_round(items: &[Item]) -> Result<Vec<(Sent<'_>, Vec<usize>, Part)>> {
     let mut viewers = Vec::new();
     let mut completers = Vec::new();
     for (i, item) in items.iter().enumerate() {
-        if let Some((id, reception)) = &item.journal {
+        if let Some((id, reception)) = item.journal.as_ref().filter(|_| journal_first(item)) {
             let (sql, params) = crate::delivery::journal_statement(id, reception);
             journal
                 .get_or_insert_with(|| Rows::new(sql, items.len()))
@@ -627,10 +641,10 @@ fn first_round(items: &[Item]) -> Result<Vec<(Sent<'_>, Vec<usize>, Part)>> {
     let mut shape = Shape::default();
     shape.part(0, journal.as_ref());
     shape.part(1, views.as_ref());
+    // The views' statement may hold other members' journal entries, never a viewer's own.
     let part = match (&journal, &views) {
-        (Some(_), Some(_)) => Some((true, Part::JournalView)),
+        (_, Some(_)) => Some((true, Part::View)),
         (Some(_), None) => Some((false, Part::Journal)),
-        (None, Some(_)) => Some((true, Part::View)),
         (None, None) => None,
     };
     if let Some((rows, part)) = part {
@@ -749,7 +763,7 @@ async fn written(client: &Client, mut items: Vec<Item>, begin: &str) -> Attempt 
         Some(key) => locks.insert(key),
         None => true,
     });
-    let second = match chained_set(&order, &mut prepared) {
+    let second = match late_journal(&items).and_then(|j| chained_set(j, &order, &mut prepared)) {
         Ok(s) => s,
         Err(e) => return refused(client, items, |_| Part::Write, e).await,
     };
@@ -853,6 +867,21 @@ pub(crate) fn complete_text() -> String {
     built.expect("the complete statement is a set template")
 }
 
+/// The receptions' journal entries, for the second round trip: every one of them, whatever
+/// their decisions' conditional writes do.
+fn late_journal(items: &[Item]) -> Result<Option<Rows<'_>>> {
+    let mut journal: Option<Rows> = None;
+    for (i, item) in items.iter().enumerate() {
+        if let Some((id, reception)) = item.journal.as_ref().filter(|_| !journal_first(item)) {
+            let (sql, params) = crate::delivery::journal_statement(id, reception);
+            journal
+                .get_or_insert_with(|| Rows::new(sql, items.len()))
+                .push(i, params)?;
+        }
+    }
+    Ok(journal)
+}
+
 /// A row of a set statement: its member (the first column) and the rest.
 fn member_of(row: Row, members: usize) -> Result<(usize, Row)> {
     let i = row.int(0)?;
@@ -865,18 +894,28 @@ fn member_of(row: Row, members: usize) -> Result<(usize, Row)> {
     Ok((i, Row(cells)))
 }
 
-/// Every decision's writes as ONE statement, set-oriented: the conditional writes first, one
-/// per shape (`h0`, `h1`: the effects reserved, the effects taken over), then `ok`, the
-/// members whose conditional write changed a row (or who had none), then every other write,
-/// one per table, keeping only the rows of `ok`'s members, as `executor::chained` does for one
-/// decision. It returns `ok`: the members whose writes were kept. `None` when nothing is to be
-/// written.
+/// Every decision's writes as ONE statement, set-oriented: the receptions' journal entries
+/// (`j`, kept whatever follows), then the conditional writes, one per shape (`h0`, `h1`: the
+/// effects reserved, the effects taken over), then `ok`, the members whose conditional write
+/// changed a row (or who had none), then every other write, one per table, keeping only the
+/// rows of `ok`'s members, as `executor::chained` does for one decision. It returns `ok`: the
+/// members whose writes were kept. `None` when nothing is to be written.
+///
+/// A part cannot see the rows another part of the statement writes (they share one snapshot):
+/// a reception's decision writes nothing to its own journal entry (see `Item::receive`).
 fn chained_set<'a>(
+    journal: Option<Rows<'a>>,
     order: &[usize],
     prepared: &mut [Option<Prepared<'a>>],
 ) -> Result<Option<Sent<'a>>> {
     if order.is_empty() {
-        return Ok(None);
+        let Some(journal) = journal else {
+            return Ok(None);
+        };
+        let mut shape = Shape::default();
+        shape.part(6, Some(&journal));
+        let (sql, params) = shape.text(|st| st.insert(journal, "j", None, false))?;
+        return Ok(Some((sql, params, false)));
     }
     let mut heads: Vec<Rows> = Vec::new();
     let mut writes: Vec<Rows> = Vec::new();
@@ -903,6 +942,7 @@ fn chained_set<'a>(
         }
     }
     let mut shape = Shape::default();
+    shape.part(6, journal.as_ref());
     for rows in &heads {
         shape.part(3, Some(rows));
     }
@@ -925,6 +965,12 @@ fn chained_set<'a>(
         };
         let mut parts = Vec::new();
         let mut kept = Vec::new();
+        if let Some(journal) = journal {
+            let sql = st.insert(journal, "j", None, false)?;
+            if text {
+                parts.push(format!("j AS ({sql})"));
+            }
+        }
         for (n, rows) in heads.into_iter().enumerate() {
             let alias = name("h", n);
             if rows.template().starts_with("INSERT ") {
@@ -989,9 +1035,9 @@ fn member_failed(mut items: Vec<Item>, i: usize, part: Part, e: StoreError) -> V
     let item = &mut items[i];
     let journal_pending = item.journal.is_some();
     match part {
-        // A failed journal-and-view statement says nothing of which of the two failed: the
-        // entry runs again alone, and fails on its own if it was the cause.
-        Part::View | Part::JournalView | Part::Write if journal_pending => {
+        // A failed statement of a decision and its journal entry says nothing of which of the
+        // two failed: the entry runs again alone, and fails on its own if it was the cause.
+        Part::View | Part::Write if journal_pending => {
             // Keep the entry; the decision's error waits for it to commit.
             item.failed = Some(e);
             return items;

@@ -461,3 +461,55 @@ pub async fn a_journal_entry_that_fails_fails_alone(b: &Backend) {
     }
     drop(store);
 }
+
+/// A reception journaled without an event type, decided with one, in a batch of callers, some
+/// of whose keys collide (their decisions lose to each other and run again): each delivery's
+/// entry ends with its decision's event type, as its proof does, and is journaled once.
+pub async fn a_reception_is_journaled_with_its_decisions_event_type(b: &Backend) {
+    let store = b.open().await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(MEMBERS));
+    let mut tasks = Vec::new();
+    for n in 0..MEMBERS {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            let untyped = NewReception {
+                event_type: None,
+                ..reception(n)
+            };
+            barrier.wait().await;
+            // Four callers per key.
+            store
+                .journal_and_decide(
+                    untyped,
+                    request(n, &format!("re_{}", n / 4), "{}"),
+                    &strong_critical,
+                )
+                .await
+        }));
+    }
+    let mut processed = 0;
+    for (n, t) in tasks.into_iter().enumerate() {
+        let (id, decided) = t.await.expect("a caller").expect("journaled");
+        let outcome = decided.unwrap_or_else(|e| panic!("delivery {n}: {e}"));
+        processed += usize::from(outcome.decision.action == Action::Process);
+        let entry = store.delivery(&id).await.unwrap().expect("journaled");
+        assert_eq!(
+            entry.event_type.as_deref(),
+            Some("refund.created"),
+            "delivery {n}"
+        );
+        let proof = store.proof(&id).await.unwrap().expect("decided");
+        assert_eq!(
+            proof.event_type.as_deref(),
+            Some("refund.created"),
+            "delivery {n}"
+        );
+    }
+    assert_eq!(processed, MEMBERS / 4, "one process per key");
+    let listed = store
+        .deliveries(&Default::default())
+        .await
+        .expect("the journal");
+    assert_eq!(listed.len(), MEMBERS, "each reception journaled once");
+    drop(store);
+}

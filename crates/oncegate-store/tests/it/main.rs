@@ -169,6 +169,7 @@ mod batches_on {
         a_member_that_fails_fails_alone,
         a_journal_entry_that_fails_fails_alone,
         every_kind_of_decision_shares_a_batch,
+        a_reception_is_journaled_with_its_decisions_event_type,
     );
 }
 
