@@ -150,7 +150,7 @@ enum Command {
         #[command(subcommand)]
         command: forward::ForwardCommand,
     },
-    /// PostgreSQL: partition the journal and the proofs by day (once), and create the days ahead.
+    /// PostgreSQL: partition the journal (with its proofs) by day (once), and create the days ahead.
     Partition(partition::PartitionArgs),
     /// Count the report's minute totals now (`serve` does in the background).
     Rollup(rollup::RollupArgs),

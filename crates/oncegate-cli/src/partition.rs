@@ -1,6 +1,7 @@
-//! `oncegate partition [--days-ahead N]`: PostgreSQL's journal and proofs partitioned by day,
-//! so retention drops a day whole instead of deleting its rows. The first run converts the
-//! tables (their rows so far become the partitions `deliveries_history` and `proofs_history`);
+//! `oncegate partition [--days-ahead N]`: PostgreSQL's journal (the deliveries and their
+//! proofs, one row each) partitioned by day, so retention drops a day whole instead of deleting
+//! its rows. The first run converts the table (its rows so far become the partition
+//! `deliveries_history`);
 //! every run creates the days ahead that are missing (the background purge of `serve` also
 //! keeps 14 days ahead). Run it with the tables' owner.
 
@@ -31,9 +32,9 @@ struct PartitionDoc<'a> {
 fn render(made: &Partitions) -> String {
     let mut out = String::new();
     if made.converted {
-        out.push_str("deliveries and proofs are now partitioned by day; their rows so far are deliveries_history and proofs_history\n");
+        out.push_str("deliveries (with their proofs) are now partitioned by day; their rows so far are deliveries_history\n");
     } else {
-        out.push_str("deliveries and proofs were already partitioned by day\n");
+        out.push_str("deliveries (with their proofs) were already partitioned by day\n");
     }
     match (made.created.first(), made.created.last()) {
         (Some(first), Some(last)) => out.push_str(&format!(

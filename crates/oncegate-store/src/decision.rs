@@ -313,21 +313,22 @@ pub(crate) fn journaled_scope(r: &NewReception) -> Scope {
 /// again and `choose` asked again, so the answer is always based on what was true when it
 /// committed.
 ///
-/// `known` is the delivery's scope when the backend kept it from `journal`; it is read
-/// otherwise. Either way a delivery is decided once: the proof's primary key refuses a second
-/// decision, and with it everything that decision would have written.
+/// `journal` is the delivery's journal entry when it is written with the proof, in one row
+/// (its scope is then the entry's); otherwise the delivery is read. Either way a delivery is
+/// decided once: its row refuses a second proof (`schema::DECIDED_ONCE`), and with it
+/// everything that decision would have written.
 pub(crate) async fn decide<T, F>(
     tx: &mut T,
     req: &DecideRequest,
-    known: Option<Scope>,
+    journal: Option<&NewReception>,
     mut choose: F,
 ) -> Result<DecideOutcome>
 where
     T: Tx + Send,
     F: FnMut(&PriorView) -> Decision + Send,
 {
-    let scope = match known {
-        Some(scope) => scope,
+    let scope = match journal {
+        Some(reception) => journaled_scope(reception),
         None => view::scope(tx, &req.delivery).await?,
     };
     if scope.decided {
@@ -338,7 +339,9 @@ where
     for _ in 0..MAX_ATTEMPTS {
         let view = view::load(tx, &scope, req, hash).await?;
         let decision = choose(&view);
-        if let Some(outcome) = writes::apply(tx, &scope, req, hash, &view, decision).await? {
+        if let Some(outcome) =
+            writes::apply(tx, &scope, req, hash, &view, decision, journal).await?
+        {
             return Ok(outcome);
         }
     }

@@ -280,6 +280,33 @@ pub(crate) fn journal_statement<'a>(id: &'a DeliveryId, r: &'a NewReception) -> 
     )
 }
 
+/// A journal entry written with its decision's proof, one row (schema v14): `event_type` the
+/// decision's, `proof` the values of `schema::PROOF_COLUMNS` (`decision::writes`), which may
+/// be empty (`writes::no_proof`). The journal's columns are `journal_statement`'s, in its
+/// order, the proof's after them.
+pub(crate) fn decided_statement<'a>(
+    id: &'a DeliveryId,
+    r: &'a NewReception,
+    event_type: Option<&'a str>,
+    proof: Vec<Value<'a>>,
+) -> Statement<'a> {
+    let (_, mut params) = journal_statement(id, r);
+    params[4] = opt_text(event_type);
+    params.extend(proof);
+    (
+        "INSERT INTO deliveries (id, tenant, provider, env, event_type, received_at, size, body_sha256, headers_json, \
+         payload, transport_key, transport_strength, correlation_id, decided_at, strategy_name, strategy_version, \
+         strategy_level, key_value, confidence, prior, transport, action, layer, reason, flags, rule, matrix_version, \
+         reference_delivery, effect_id, queue_item_id, differences, details, link_kind) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, \
+         $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33)",
+        params,
+    )
+}
+
+/// The number of the first proof column in `decided_statement`'s placeholders.
+pub(crate) const FIRST_PROOF_PLACEHOLDER: usize = 14;
+
 pub(crate) async fn read<T: Tx + Send>(
     tx: &mut T,
     id: &DeliveryId,
@@ -293,16 +320,17 @@ pub(crate) async fn list<T: Tx + Send>(
     tx: &mut T,
     f: &DeliveryFilter,
 ) -> Result<Vec<DeliverySummary>> {
+    // With what its proof (its own row's, schema v14) decided, if it is decided.
     let mut q = Query::new(&format!(
-        "SELECT {DELIVERY_COLS}, p.action, p.reason, p.key_value, p.effect_id \
-         FROM deliveries d LEFT JOIN proofs p ON p.delivery_id = d.id WHERE 1 = 1"
+        "SELECT {DELIVERY_COLS}, d.action, d.reason, d.key_value, d.effect_id \
+         FROM deliveries d WHERE 1 = 1"
     ));
     q.tenants("d.tenant", &f.tenants);
     q.eq_if("d.provider", f.provider.as_deref());
     q.eq_if("d.env", f.env.as_deref());
     q.eq_if("d.event_type", f.event_type.as_deref());
-    q.eq_if("p.action", f.action.map(Action::as_str));
-    q.eq_if("p.key_value", f.key.as_deref());
+    q.eq_if("d.action", f.action.map(Action::as_str));
+    q.eq_if("d.key_value", f.key.as_deref());
     q.eq_if("d.correlation_id", f.correlation_id.as_deref());
     q.eq_if("d.transport_key", f.transport_key.as_deref());
     // A time range is read as a range of ids (`codes::delivery_id_floor`), on the primary key.

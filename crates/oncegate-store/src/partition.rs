@@ -1,5 +1,5 @@
-//! Time partitions on PostgreSQL: the journal (`deliveries`) and the proofs range-partitioned by
-//! id, one partition a day, so a day of retention is a partition dropped instead of every row
+//! Time partitions on PostgreSQL: the journal (`deliveries`, its decisions' proofs included)
+//! range-partitioned by id, one partition a day, so a day of retention is a partition dropped instead of every row
 //! deleted (measured by `scripts/pg-partitions`: 5 ms against 2 s for a million deliveries).
 //!
 //! A delivery's id is a ULID of its reception time, so a day is a range of ids and the primary
@@ -155,11 +155,8 @@ pub(crate) async fn partition<T: Tx + Send>(
     let mut out = Partitions::default();
     let today = now.to_offset(time::UtcOffset::UTC).date();
     if !is_partitioned(tx).await? {
-        tx.exec(
-            "LOCK TABLE deliveries, proofs IN ACCESS EXCLUSIVE MODE",
-            &[],
-        )
-        .await?;
+        tx.exec("LOCK TABLE deliveries IN ACCESS EXCLUSIVE MODE", &[])
+            .await?;
         // The history holds every row so far: up to tomorrow, or past the latest row.
         let mut first = today.next_day().unwrap_or(today);
         for (table, column) in PARTITIONED {
@@ -247,24 +244,22 @@ async fn out_extend<T: Tx + Send>(
     Ok(())
 }
 
-/// A day whose partitions retention may drop whole: its journal and proofs partitions and its
-/// range of delivery ids.
+/// A day whose partition retention may drop whole: its journal's partition (the day's
+/// deliveries and their proofs) and its range of delivery ids.
 #[derive(Debug, Clone)]
 pub(crate) struct Day {
     pub deliveries: String,
-    pub proofs: String,
     pub from: String,
     pub to: String,
 }
 
-/// The days whose every id is below `floor` (the first id of retention's cut-off), with the
-/// partition of the same day in both tables, that the current role may drop (a traffic role
-/// without ownership purges them row by row instead).
+/// The days whose every id is below `floor` (the first id of retention's cut-off), whose
+/// partition the current role may drop (a traffic role without ownership purges them row by
+/// row instead).
 pub(crate) async fn days_before<T: Tx + Send>(tx: &mut T, floor: &str) -> Result<Vec<Day>> {
     if !is_partitioned(tx).await? {
         return Ok(Vec::new());
     }
-    let proofs = ranges(tx, "proofs").await?;
     let mut days = Vec::new();
     for r in ranges(tx, "deliveries").await? {
         let (Some(from), Some(to)) = (r.from, r.to) else {
@@ -273,17 +268,11 @@ pub(crate) async fn days_before<T: Tx + Send>(tx: &mut T, floor: &str) -> Result
         if to.as_str() > floor || !r.owned {
             continue;
         }
-        let twin = proofs
-            .iter()
-            .find(|p| p.owned && p.from.as_deref() == Some(&from) && p.to.as_deref() == Some(&to));
-        if let Some(p) = twin {
-            days.push(Day {
-                deliveries: r.name,
-                proofs: p.name.clone(),
-                from,
-                to,
-            });
-        }
+        days.push(Day {
+            deliveries: r.name,
+            from,
+            to,
+        });
     }
     days.sort_by(|a, b| a.from.cmp(&b.from));
     Ok(days)

@@ -214,15 +214,17 @@ pub(crate) fn deliveries_query(
     period: Period,
     by_minute: bool,
 ) -> Query<'_> {
+    // A delivery's proof is in its own row (schema v14): its action and layer, empty until
+    // it is decided.
     let mut q = Query::new(&format!(
         "SELECT {}, COUNT(*), \
-         COUNT(CASE WHEN p.action = 'reject' THEN 1 END), \
-         COUNT(CASE WHEN p.action = 'process' THEN 1 END), \
-         COUNT(CASE WHEN p.action = 'ignore' AND p.layer = 'transport' THEN 1 END), \
-         COUNT(CASE WHEN p.action = 'ignore' AND (p.layer IS NULL OR p.layer <> 'transport') THEN 1 END), \
-         COUNT(CASE WHEN p.action = 'quarantine' THEN 1 END), \
-         COUNT(CASE WHEN p.action = 'reconcile' THEN 1 END) \
-         FROM deliveries d LEFT JOIN proofs p ON p.delivery_id = d.id WHERE 1 = 1",
+         COUNT(CASE WHEN d.action = 'reject' THEN 1 END), \
+         COUNT(CASE WHEN d.action = 'process' THEN 1 END), \
+         COUNT(CASE WHEN d.action = 'ignore' AND d.layer = 'transport' THEN 1 END), \
+         COUNT(CASE WHEN d.action = 'ignore' AND (d.layer IS NULL OR d.layer <> 'transport') THEN 1 END), \
+         COUNT(CASE WHEN d.action = 'quarantine' THEN 1 END), \
+         COUNT(CASE WHEN d.action = 'reconcile' THEN 1 END) \
+         FROM deliveries d WHERE 1 = 1",
         group_columns("d", "received_at", by_minute)
     ));
     // The period as a range of delivery ids, on the primary key (`codes::delivery_id_floor`).
@@ -384,16 +386,12 @@ mod tests {
                 rusqlite::params![format!("eff_{i:026}"), format!("dlv_{i:026}"), i, format!("pay_{i}")],
             )
             .unwrap();
+            // Each delivery decided: its proof in its own row.
             conn.execute(
-                "INSERT INTO deliveries (id, tenant, provider, env, event_type, received_at, size, body_sha256, headers_json) \
-                 VALUES (?1, 'acme', 'payflow', 'live', 'payment.captured', ?2, 10, 'h', '{}')",
-                rusqlite::params![format!("dlv_{i:026}"), i],
-            )
-            .unwrap();
-            conn.execute(
-                "INSERT INTO proofs (delivery_id, tenant, provider, env, event_type, decided_at, prior, transport, action, \
-                 reason, flags, rule, matrix_version, effect_id, differences, details) \
-                 VALUES (?1, 'acme', 'payflow', 'live', 'payment.captured', ?2, 'none', 'none', 'process', 'r', '[]', 'R1', 1, ?3, '[]', '{}')",
+                "INSERT INTO deliveries (id, tenant, provider, env, event_type, received_at, size, body_sha256, headers_json, \
+                 decided_at, prior, transport, action, reason, flags, rule, matrix_version, effect_id, differences, details) \
+                 VALUES (?1, 'acme', 'payflow', 'live', 'payment.captured', ?2, 10, 'h', '{}', \
+                 ?2, 'none', 'none', 'process', 'r', '[]', 'R1', 1, ?3, '[]', '{}')",
                 rusqlite::params![format!("dlv_{i:026}"), i, format!("eff_{i:026}")],
             )
             .unwrap();

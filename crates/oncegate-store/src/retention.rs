@@ -34,7 +34,7 @@ pub struct PurgeCounts {
     pub payloads: u64,
     /// Proofs deleted (past the proof retention).
     pub proofs: u64,
-    /// Delivery rows deleted with their proofs.
+    /// Delivery rows deleted, their proofs with them.
     pub deliveries: u64,
     /// Non-durable effects left with no delivery, and no reservation in flight.
     pub effects: u64,
@@ -70,14 +70,18 @@ fn minutes_between(from: &str, to: &str) -> Result<std::ops::Range<i64>> {
     Ok(time(from)?.div_euclid(60_000)..(time(to)? + 59_999).div_euclid(60_000))
 }
 
-/// How many rows a partition holds, counted before it is dropped.
-async fn rows_of<T: Tx + Send>(tx: &mut T, partition: &str) -> Result<u64> {
+/// How many deliveries a journal partition holds, and how many of them have their proof,
+/// counted before it is dropped.
+async fn rows_of<T: Tx + Send>(tx: &mut T, partition: &str) -> Result<(u64, u64)> {
     let rows = tx
-        .query(&format!("SELECT COUNT(*) FROM {partition}"), &[])
+        .query(
+            &format!("SELECT COUNT(*), COUNT(decided_at) FROM {partition}"),
+            &[],
+        )
         .await?;
     Ok(match rows.first() {
-        Some(r) => r.int(0)?.max(0) as u64,
-        None => 0,
+        Some(r) => (r.int(0)?.max(0) as u64, r.int(1)?.max(0) as u64),
+        None => (0, 0),
     })
 }
 
@@ -121,8 +125,9 @@ pub(crate) async fn purge<T: Tx + Send>(
         .await?;
     // The minutes of the report's totals that lose rows here (see `rollup`).
     let mut gone = std::collections::BTreeSet::new();
-    // A partitioned store drops each day past the cut whole, journal and proofs, unless an
-    // open queue item still needs one of its deliveries (that day is purged row by row below).
+    // A partitioned store drops each day past the cut whole, journal and proofs (one row a
+    // delivery), unless an open queue item still needs one of its deliveries (that day is
+    // purged row by row below).
     for day in partition::days_before(tx, &floor).await? {
         let open = tx
             .query(
@@ -133,23 +138,19 @@ pub(crate) async fn purge<T: Tx + Send>(
         if !open.is_empty() {
             continue;
         }
-        counts.proofs += rows_of(tx, &day.proofs).await?;
-        counts.deliveries += rows_of(tx, &day.deliveries).await?;
+        let (deliveries, proofs) = rows_of(tx, &day.deliveries).await?;
+        counts.deliveries += deliveries;
+        counts.proofs += proofs;
         gone.extend(minutes_between(&day.from, &day.to)?);
-        tx.exec(&schema::drop_partition(&day.proofs), &[]).await?;
         tx.exec(&schema::drop_partition(&day.deliveries), &[])
             .await?;
     }
-    counts.proofs += tx
-        .exec(
-            &format!("DELETE FROM proofs WHERE delivery_id IN ({PURGEABLE_DELIVERIES})"),
-            cut,
-        )
-        .await?;
+    // A delivery's proof is its own row's (schema v14): deleted with it, and counted.
     let deleted = tx
         .query(
             &format!(
-                "DELETE FROM deliveries WHERE id IN ({PURGEABLE_DELIVERIES}) RETURNING received_at / 60000"
+                "DELETE FROM deliveries WHERE id IN ({PURGEABLE_DELIVERIES}) \
+                 RETURNING received_at / 60000, decided_at IS NOT NULL"
             ),
             cut,
         )
@@ -157,6 +158,7 @@ pub(crate) async fn purge<T: Tx + Send>(
     counts.deliveries += deleted.len() as u64;
     for r in &deleted {
         gone.insert(r.int(0)?);
+        counts.proofs += u64::from(r.boolean(1)?);
     }
     // Durable effects keep their identity forever; others go once nothing refers to them, no
     // reservation or claim is in flight and they hold no live slot of their key (the effect
@@ -166,7 +168,7 @@ pub(crate) async fn purge<T: Tx + Send>(
             "DELETE FROM effects WHERE durable = FALSE AND state NOT IN ('reserved', 'released') AND updated_at < $1 \
              AND (indexed = FALSE OR (index_expires_at IS NOT NULL AND index_expires_at <= $2)) \
              AND NOT EXISTS (SELECT 1 FROM links l WHERE l.effect_id = effects.id) \
-             AND NOT EXISTS (SELECT 1 FROM proofs p WHERE p.effect_id = effects.id) \
+             AND NOT EXISTS (SELECT 1 FROM deliveries p WHERE p.effect_id = effects.id) \
              AND NOT EXISTS (SELECT 1 FROM queue_items q WHERE q.existing_effect = effects.id AND q.status = 'open') \
              RETURNING created_at / 60000",
             &[cut[0].clone(), int(now_ms)],
@@ -191,7 +193,7 @@ pub(crate) async fn purge<T: Tx + Send>(
         .query(
             "SELECT COUNT(*) FROM effects e WHERE e.durable = TRUE \
              AND NOT EXISTS (SELECT 1 FROM links l WHERE l.effect_id = e.id) \
-             AND NOT EXISTS (SELECT 1 FROM proofs p WHERE p.effect_id = e.id AND p.link_kind IS NOT NULL)",
+             AND NOT EXISTS (SELECT 1 FROM deliveries p WHERE p.effect_id = e.id AND p.link_kind IS NOT NULL)",
             &[],
         )
         .await?;

@@ -162,7 +162,8 @@ pub(crate) const VERSION_TABLE: &str =
 /// its reception time, so a range of ids is a range of time and the primary keys stay as they
 /// are. Not a numbered migration: converting a large table is an operator's decision, taken
 /// with the owner's privileges, and SQLite has no partitions.
-pub(crate) const PARTITIONED: [(&str, &str); 2] = [("deliveries", "id"), ("proofs", "delivery_id")];
+/// The proofs are the journal's own rows since version 14 (`proofs_in_deliveries`).
+pub(crate) const PARTITIONED: [(&str, &str); 1] = [("deliveries", "id")];
 
 /// Turns `table` into a table range-partitioned on `column` whose rows so far are its partition
 /// `<table>_history` (every id below `first`), plus a default partition for ids past the last
@@ -214,7 +215,21 @@ pub(crate) fn partition_table(
     sql.push(format!(
         "CREATE TABLE {table}_default PARTITION OF {table} DEFAULT"
     ));
+    if table == "deliveries" {
+        // A view names the table it was made on, which is now the history: made again on the
+        // partitioned table.
+        sql.push(proofs_view("CREATE OR REPLACE VIEW"));
+    }
     sql
+}
+
+/// `proofs`, the view of the decided deliveries' proofs (`proofs_in_deliveries`), made by
+/// `create` (`CREATE VIEW`, or `CREATE OR REPLACE VIEW`).
+fn proofs_view(create: &str) -> String {
+    format!(
+        "{create} proofs AS SELECT id AS delivery_id, tenant, provider, env, event_type, {PROOF_COLUMNS} \
+         FROM deliveries WHERE decided_at IS NOT NULL"
+    )
 }
 
 /// The partition of `table` for one day (`name` is `<table>_YYYYMMDD`), its ids from `from` to
@@ -245,6 +260,7 @@ pub(crate) fn sqlite() -> Vec<(i64, String)> {
         (11, report_totals(Dialect::Sqlite)),
         (12, completes_in_place(Dialect::Sqlite)),
         (13, SLOTS_IN_EFFECTS.to_owned()),
+        (14, proofs_in_deliveries(Dialect::Sqlite)),
     ]
 }
 
@@ -266,7 +282,92 @@ pub(crate) fn postgres() -> Vec<(i64, String)> {
         (11, report_totals(Dialect::Postgres)),
         (12, completes_in_place(Dialect::Postgres)),
         (13, SLOTS_IN_EFFECTS.to_owned()),
+        (14, proofs_in_deliveries(Dialect::Postgres)),
     ]
+}
+
+/// The columns of a decision's proof in its delivery's row (schema version 14), in the order
+/// the proof's writes bind them, after the delivery's id.
+pub(crate) const PROOF_COLUMNS: &str = "decided_at, strategy_name, strategy_version, strategy_level, key_value, confidence, \
+prior, transport, action, layer, reason, flags, rule, matrix_version, reference_delivery, effect_id, queue_item_id, \
+differences, details, link_kind";
+
+/// The constraint that refuses a second decision of one delivery: a proof written over
+/// another empties `decided_at` (see `decision::writes`), which this forbids. Its name tells a
+/// refusal of it from any other (`postgres::sqlstate`).
+pub(crate) const DECIDED_ONCE: &str = "deliveries_decided_once";
+
+/// Version 14: a decision's proof is its delivery's own row. The proof's columns join
+/// `deliveries`, empty until the delivery is decided: a reception and its decision are one row
+/// and one insert (the journal entry written with its proof), where they were two rows, two
+/// primary-key entries and two statements. A delivery decided after its entry was written
+/// (a shadowed type, a decision missed while the store was down) has its proof written into
+/// its row, an update that fails on a row already decided (`DECIDED_ONCE`), as the proof's
+/// primary key did. `proofs` remains, as a view of the decided rows, for the readers and for
+/// anyone querying the store; its two indexes move to `deliveries`, partial on the rows that
+/// have what they index.
+///
+/// The proofs stored are copied into their deliveries' rows, in the upgrade's transaction,
+/// then the table is dropped. A proof's event type is its delivery's from then on (the
+/// decision's own, as the proof recorded it; the journal kept the same one, or none). A proof
+/// whose delivery row is gone (none should be: purge removes both together) keeps a row of its
+/// own, with an empty journal entry (no body hash, no headers, size 0), rather than being lost.
+fn proofs_in_deliveries(dialect: Dialect) -> String {
+    let columns = [
+        "decided_at BIGINT",
+        "strategy_name TEXT",
+        "strategy_version BIGINT",
+        "strategy_level TEXT",
+        "key_value TEXT",
+        "confidence TEXT",
+        "prior TEXT",
+        "transport TEXT",
+        "action TEXT",
+        "layer TEXT",
+        "reason TEXT",
+        "flags TEXT",
+        "rule TEXT",
+        "matrix_version BIGINT",
+        "reference_delivery TEXT",
+        "effect_id TEXT",
+        "queue_item_id TEXT",
+        "differences TEXT",
+        "details TEXT",
+        "link_kind TEXT",
+    ];
+    // A decided row has its proof's time and action; an undecided one neither.
+    let once = "(decided_at IS NULL) = (action IS NULL)";
+    let mut sql = String::new();
+    for c in columns {
+        // SQLite adds a constraint only with a column.
+        let check = match (dialect, c.starts_with("action ")) {
+            (Dialect::Sqlite, true) => format!(" CONSTRAINT {DECIDED_ONCE} CHECK ({once})"),
+            _ => String::new(),
+        };
+        sql.push_str(&format!("ALTER TABLE deliveries ADD COLUMN {c}{check};\n"));
+    }
+    let cols = PROOF_COLUMNS;
+    sql.push_str(&format!(
+        "INSERT INTO deliveries (id, tenant, provider, env, event_type, received_at, size, body_sha256, headers_json) \
+         SELECT p.delivery_id, p.tenant, p.provider, p.env, p.event_type, p.decided_at, 0, '', '{{}}' FROM proofs p \
+         WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.id = p.delivery_id);\n\
+         UPDATE deliveries SET (event_type, {cols}) = \
+         (SELECT COALESCE(p.event_type, deliveries.event_type), {p_cols} FROM proofs p WHERE p.delivery_id = deliveries.id) \
+         WHERE id IN (SELECT delivery_id FROM proofs);\n",
+        p_cols = cols.split(", ").map(|c| format!("p.{}", c.trim())).collect::<Vec<_>>().join(", "),
+    ));
+    if dialect == Dialect::Postgres {
+        sql.push_str(&format!(
+            "ALTER TABLE deliveries ADD CONSTRAINT {DECIDED_ONCE} CHECK ({once});\n"
+        ));
+    }
+    sql.push_str(&format!(
+        "DROP TABLE proofs;\n{};\n\
+         CREATE INDEX IF NOT EXISTS deliveries_effect ON deliveries (effect_id) WHERE effect_id IS NOT NULL;\n\
+         CREATE INDEX IF NOT EXISTS deliveries_key ON deliveries (key_value) WHERE key_value IS NOT NULL;\n",
+        proofs_view("CREATE VIEW")
+    ));
+    sql
 }
 
 /// Version 13: a key's index slot is its effect's own row. Each effect with a key is numbered
@@ -811,6 +912,113 @@ mod tests {
     /// Version 13 numbers every keyed effect within its key's scope in the order they were
     /// made, leaves the effects without a key unnumbered, and keeps every slot of
     /// `effect_index` where it was; a second effect of a number is refused.
+    /// Version 14 writes each proof into its delivery's row and keeps `proofs` as their view:
+    /// every column reads as it did, a delivery not decided has no proof, a proof whose
+    /// delivery row was gone keeps a row of its own, and a row refuses a second proof.
+    #[test]
+    fn sqlite_version_14_moves_each_proof_into_its_delivery_row() {
+        let (conn, v14) = just_before(14);
+        let delivery = |id: &str, event_type: &str| {
+            format!(
+                "INSERT INTO deliveries (id, tenant, provider, env, event_type, received_at, size, body_sha256, headers_json) \
+                 VALUES ('{id}', 'acme', 'payflow', 'live', {event_type}, 5, 10, 'h', '{{}}');"
+            )
+        };
+        let proof = |id: &str, action: &str, effect: &str| {
+            format!(
+                "INSERT INTO proofs (delivery_id, tenant, provider, env, event_type, decided_at, strategy_name, \
+                 strategy_version, strategy_level, key_value, confidence, prior, transport, action, layer, reason, flags, \
+                 rule, matrix_version, reference_delivery, effect_id, queue_item_id, differences, details, link_kind) \
+                 VALUES ('{id}', 'acme', 'payflow', 'live', 'payment.captured', 7, 'ref', 2, 'business_ref', 'k1', 'strong', \
+                 'none', 'none', '{action}', 'effect', 'why', '[\"f\"]', 'R1', 1, 'dlv_0', {effect}, NULL, '[]', '{{\"d\":1}}', 'reserved');"
+            )
+        };
+        conn.execute_batch(
+            &[
+                delivery("dlv_1", "NULL"),
+                delivery("dlv_2", "'payment.captured'"),
+                proof("dlv_1", "process", "'eff_1'"),
+                proof("dlv_3", "ignore", "NULL"),
+            ]
+            .concat(),
+        )
+        .unwrap();
+        let before: Vec<Vec<rusqlite::types::Value>> = {
+            let mut stmt = conn
+                .prepare("SELECT * FROM proofs ORDER BY delivery_id")
+                .unwrap();
+            let n = stmt.column_count();
+            stmt.query_map([], |r| (0..n).map(|i| r.get(i)).collect())
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap()
+        };
+        conn.execute_batch(&v14).unwrap();
+        let after: Vec<Vec<rusqlite::types::Value>> = {
+            let mut stmt = conn
+                .prepare("SELECT * FROM proofs ORDER BY delivery_id")
+                .unwrap();
+            let n = stmt.column_count();
+            stmt.query_map([], |r| (0..n).map(|i| r.get(i)).collect())
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap()
+        };
+        assert_eq!(after, before, "every proof reads as it did");
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM deliveries"), 3);
+        assert_eq!(
+            count(
+                &conn,
+                "SELECT COUNT(*) FROM deliveries WHERE decided_at IS NULL"
+            ),
+            1,
+            "dlv_2 is not decided"
+        );
+        assert_eq!(
+            count(
+                &conn,
+                "SELECT COUNT(*) FROM deliveries WHERE id = 'dlv_1' AND event_type = 'payment.captured'"
+            ),
+            1,
+            "the journal takes its proof's event type"
+        );
+        assert_eq!(
+            count(
+                &conn,
+                "SELECT COUNT(*) FROM deliveries WHERE id = 'dlv_3' AND size = 0 AND body_sha256 = '' AND received_at = 7"
+            ),
+            1,
+            "a proof without its delivery keeps an empty entry"
+        );
+        assert_eq!(
+            count(
+                &conn,
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'proofs'"
+            ),
+            0
+        );
+        for index in ["deliveries_effect", "deliveries_key"] {
+            assert_eq!(
+                count(
+                    &conn,
+                    &format!("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = '{index}'")
+                ),
+                1,
+                "{index}"
+            );
+        }
+        // A second proof of dlv_1 empties its time, which the row refuses.
+        let twice = conn.execute_batch(
+            "UPDATE deliveries SET decided_at = CASE WHEN decided_at IS NULL THEN 9 END, action = 'ignore' WHERE id = 'dlv_1'",
+        );
+        let e = twice.expect_err("a second proof is refused").to_string();
+        assert!(e.contains(super::DECIDED_ONCE), "{e}");
+        conn.execute_batch(
+            "UPDATE deliveries SET decided_at = CASE WHEN decided_at IS NULL THEN 9 END, action = 'ignore' WHERE id = 'dlv_2'",
+        )
+        .expect("a first proof is written");
+    }
+
     #[test]
     fn sqlite_version_13_numbers_the_effects_of_each_key_and_keeps_the_slots() {
         let (conn, v13) = just_before(13);

@@ -377,26 +377,30 @@ impl SqliteStore {
         request: DecideRequest,
         matrix: &dyn Matrix,
     ) -> Result<(DeliveryId, Result<DecideOutcome>)> {
-        // One hop and one item of the writer's batch: the journal entry, then the decision in a
-        // SAVEPOINT of its own, undone alone when it fails, so the entry is kept either way.
+        // One hop and one item of the writer's batch: the decision, its journal entry and proof
+        // one row, in a SAVEPOINT of its own; when it fails, it is undone alone and the entry
+        // is written without it, so the entry is kept either way.
         let id = DeliveryId::from_u128(new_id(reception.received_at));
-        let scope = crate::decision::journaled_scope(&reception);
         let request = DecideRequest {
             delivery: id.clone(),
             ..request
         };
         let matrix = matrix.share();
         self.write(true, move |tx| {
-            now_or_never(crate::delivery::journal(tx, &id, &reception))?;
             control(tx.conn, "SAVEPOINT decision").map_err(sqlite_err)?;
-            let decided =
-                now_or_never(crate::decision::decide(tx, &request, Some(scope), |view| {
-                    matrix.decide(view)
-                }));
+            let decided = now_or_never(crate::decision::decide(
+                tx,
+                &request,
+                Some(&reception),
+                |view| matrix.decide(view),
+            ));
             if decided.is_err() {
                 control(tx.conn, "ROLLBACK TO decision").map_err(sqlite_err)?;
             }
             control(tx.conn, "RELEASE decision").map_err(sqlite_err)?;
+            if decided.is_err() {
+                now_or_never(crate::delivery::journal(tx, &id, &reception))?;
+            }
             Ok((id, decided))
         })
         .await

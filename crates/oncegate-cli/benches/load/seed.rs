@@ -80,26 +80,20 @@ pub async fn history(url: &str, count: u64) {
              'pay_seed' || i, {t}, 1, {t} FROM {range_i}",
             ms_i = ms("2 * i - 1"),
         ),
+        // Each delivery with its proof, one row: odd deliveries reserved their effect; even
+        // ones were ignored as its duplicates.
         format!(
             "INSERT INTO deliveries (id, tenant, provider, env, event_type, received_at, size, body_sha256, \
-             headers_json, transport_key, transport_strength) \
-             SELECT {id}, 'acme', 'payflow', 'live', 'payment.captured', {ms_j}, 10, {lpad64j}, '{{}}', {lpad64j}, 'weak' \
-             FROM {range_j}",
-            id = delivery_id("j", pad_j),
-            ms_j = ms("j"),
-            lpad64j = if pg { "lpad(j::text, 64, '0')" } else { "printf('%064d', j)" },
-        ),
-        // Odd deliveries reserved their effect; even ones were ignored as its duplicates.
-        format!(
-            "INSERT INTO proofs (delivery_id, tenant, provider, env, event_type, decided_at, prior, transport, action, \
+             headers_json, transport_key, transport_strength, decided_at, prior, transport, action, \
              layer, reason, flags, rule, matrix_version, effect_id, differences, details, link_kind) \
-             SELECT {id}, 'acme', 'payflow', 'live', 'payment.captured', {ms_j}, \
-             CASE WHEN j % 2 = 1 THEN 'none' ELSE 'completed' END, 'none', \
+             SELECT {id}, 'acme', 'payflow', 'live', 'payment.captured', {ms_j}, 10, {lpad64j}, '{{}}', {lpad64j}, 'weak', \
+             {ms_j}, CASE WHEN j % 2 = 1 THEN 'none' ELSE 'completed' END, 'none', \
              CASE WHEN j % 2 = 1 THEN 'process' ELSE 'ignore' END, \
              CASE WHEN j % 2 = 1 THEN NULL ELSE 'effect' END, 'seeded', '[]', 'seed', 1, {effect_of_j}, '[]', '{{}}', \
              CASE WHEN j % 2 = 1 THEN 'reserved' ELSE 'effect' END FROM {range_j}",
             id = delivery_id("j", pad_j),
             ms_j = ms("j"),
+            lpad64j = if pg { "lpad(j::text, 64, '0')" } else { "printf('%064d', j)" },
         ),
     ];
     if let Some(path) = url.strip_prefix("sqlite://") {

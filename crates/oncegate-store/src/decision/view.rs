@@ -21,7 +21,7 @@ pub(super) async fn scope<T: Tx + Send>(tx: &mut T, delivery: &DeliveryId) -> Re
     let rows = tx
         .query(
             "SELECT d.tenant, d.provider, d.env, d.event_type, d.transport_key, d.transport_strength, d.body_sha256, \
-             (SELECT COUNT(*) FROM proofs p WHERE p.delivery_id = d.id) \
+             CASE WHEN d.decided_at IS NULL THEN 0 ELSE 1 END \
              FROM deliveries d WHERE d.id = $1",
             &[text(delivery.as_str())],
         )
@@ -166,11 +166,12 @@ fn view_sql(dialect: Dialect) -> &'static str {
         Dialect::Sqlite => &SQLITE,
     };
     sql.get_or_init(|| {
-        // The earlier packets with this strong transport key: decided, not refused, in the window.
-        let packets = "FROM deliveries d JOIN proofs p ON p.delivery_id = d.id \
+        // The earlier packets with this strong transport key: decided (a proof's action, in
+        // the delivery's own row), not refused, in the window.
+        let packets = "FROM deliveries d \
              WHERE d.tenant = $2 AND d.provider = $3 AND d.env = $4 AND d.transport_key = $5 \
              AND d.transport_strength = 'strong' AND d.id <> $6 AND d.id >= $11 \
-             AND p.delivery_id >= $11 AND p.action <> 'reject'";
+             AND d.action <> 'reject'";
         let transport = match dialect {
             Dialect::Postgres => format!(
                 "LEFT JOIN (SELECT d.id, d.body_sha256 {packets} \

@@ -9,6 +9,7 @@ use crate::codes::{self, duration_ms, from_ms, ms, new_id};
 use crate::decision::{
     already_decided, event_type_of, DecideOutcome, DecideRequest, Horizon, PriorView, Reservation,
 };
+use crate::delivery::NewReception;
 use crate::effect::{self, EffectState, Keyed, LinkKind, NewEffect};
 use crate::error::StoreError;
 use crate::plan::{self, Plan, Scope};
@@ -29,6 +30,7 @@ fn horizon_parts(h: Option<Horizon>) -> (bool, Option<i64>) {
 
 /// Applies a decision; `None` when its conditional write found the ground moved (nothing of
 /// this attempt was written: everything else is kept only if that write changed a row).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn apply<T: Tx + Send>(
     tx: &mut T,
     scope: &Scope,
@@ -36,22 +38,79 @@ pub(super) async fn apply<T: Tx + Send>(
     hash: Option<&str>,
     view: &PriorView,
     decision: Decision,
+    journal: Option<&NewReception>,
 ) -> Result<Option<DecideOutcome>> {
-    let prepared = prepare(scope, req, hash, view, decision)?;
-    let applied = match tx
-        .write_decision(prepared.head.as_ref(), &prepared.writes)
-        .await
-    {
+    let Prepared {
+        head,
+        mut writes,
+        proof,
+        outcome,
+        ..
+    } = prepare(scope, req, hash, view, decision, journal)?;
+    writes.push(proof);
+    let applied = match tx.write_decision(head.as_ref(), &writes).await {
         Ok(applied) => applied,
-        // The proof's primary key: another transaction decided this delivery concurrently.
-        // Nothing of this attempt was kept.
+        // The proof's rule (`schema::DECIDED_ONCE`): another transaction decided this
+        // delivery concurrently. Nothing of this attempt was kept.
         Err(e) => return Err(refused(&req.delivery, e)),
     };
-    Ok(applied.then_some(prepared.outcome))
+    Ok(applied.then_some(outcome))
+}
+
+/// A decision's proof written into its delivery's journal entry: `proof` holds the values of
+/// `schema::PROOF_COLUMNS`. No `ON CONFLICT`, no condition on the row: an entry already
+/// decided has its `decided_at` emptied here, which `schema::DECIDED_ONCE` refuses, undoing
+/// every write of this decision (they are sent together with the commit).
+pub(crate) fn proof_update<'a>(
+    delivery: &'a DeliveryId,
+    event_type: Option<&'a str>,
+    proof: Vec<Value<'a>>,
+) -> Statement<'a> {
+    let mut params = Vec::with_capacity(2 + proof.len());
+    params.push(text(delivery.as_str()));
+    params.push(opt_text(event_type));
+    params.extend(proof);
+    (
+        "UPDATE deliveries SET event_type = COALESCE($2, event_type), \
+         decided_at = CASE WHEN decided_at IS NULL THEN CAST($3 AS BIGINT) END, strategy_name = $4, \
+         strategy_version = $5, strategy_level = $6, key_value = $7, confidence = $8, prior = $9, transport = $10, \
+         action = $11, layer = $12, reason = $13, flags = $14, rule = $15, matrix_version = $16, \
+         reference_delivery = $17, effect_id = $18, queue_item_id = $19, differences = $20, details = $21, \
+         link_kind = $22 WHERE id = $1",
+        params,
+    )
+}
+
+/// The values of `schema::PROOF_COLUMNS` of a delivery not decided: a journal entry written
+/// without its proof, with the statement that writes one with it.
+pub(crate) fn no_proof() -> Vec<Value<'static>> {
+    let (t, i) = (|| Value::Text(None), || Value::Int(None));
+    vec![
+        i(),
+        t(),
+        i(),
+        t(),
+        t(),
+        t(),
+        t(),
+        t(),
+        t(),
+        t(),
+        t(),
+        t(),
+        t(),
+        i(),
+        t(),
+        t(),
+        t(),
+        t(),
+        t(),
+        t(),
+    ]
 }
 
 /// The error of a decision of `delivery` whose writes were refused: a conflict is the proof's
-/// primary key, so another transaction decided this delivery first.
+/// rule, so another transaction decided this delivery first.
 pub(crate) fn refused(delivery: &DeliveryId, e: StoreError) -> StoreError {
     match e {
         StoreError::Conflict(_) => already_decided(delivery),
@@ -64,8 +123,11 @@ pub(crate) fn refused(delivery: &DeliveryId, e: StoreError) -> StoreError {
 pub(crate) struct Prepared<'a> {
     /// The conditional write that settles a race, if the plan has one.
     pub head: Option<Statement<'a>>,
-    /// Everything else, kept only if the head changed a row.
+    /// Everything else but the proof, kept only if the head changed a row.
     pub writes: Vec<Statement<'a>>,
+    /// The proof, kept only if the head changed a row: the delivery's journal entry with it
+    /// (`delivery::decided_statement`), or its update of the entry (`proof_update`).
+    pub proof: Statement<'a>,
     /// What the head locks: the key's scope hash for a new effect (its number in the scope is
     /// unique), the effect's id for a takeover.
     lock: Option<Cow<'a, str>>,
@@ -82,13 +144,15 @@ impl Prepared<'_> {
 }
 
 /// What a decision writes and answers, without running it. `hash`: the key's scope hash
-/// (`view::key_hash`), made once per decision.
+/// (`view::key_hash`), made once per decision. `journal`: the delivery's journal entry, when
+/// it is written with the proof (not yet in the store).
 pub(crate) fn prepare<'a>(
     scope: &'a Scope,
     req: &'a DecideRequest,
     hash: Option<&'a str>,
     view: &'a PriorView,
     decision: Decision,
+    journal: Option<&'a NewReception>,
 ) -> Result<Prepared<'a>> {
     let now = ms(req.now);
     let event_type: Option<&'a str> = event_type_of(scope, req);
@@ -238,53 +302,38 @@ pub(crate) fn prepare<'a>(
         }
     }
 
-    if req.event_type.is_some() && scope.event_type.is_none() {
-        writes.push((
-            "UPDATE deliveries SET event_type = $2 WHERE id = $1",
-            vec![
-                text(req.delivery.as_str()),
-                opt_text(req.event_type.as_deref()),
-            ],
-        ));
-    }
-
     let reference = plan::reference_delivery(view);
     let strategy = key.map(|k| &k.strategy);
-    // No `ON CONFLICT` here: a delivery decided concurrently makes this insert fail, which
-    // undoes every write of this decision (they are sent together with the commit).
-    writes.push((
-        "INSERT INTO proofs (delivery_id, tenant, provider, env, event_type, decided_at, strategy_name, strategy_version, \
-         strategy_level, key_value, confidence, prior, transport, action, layer, reason, flags, rule, matrix_version, \
-         reference_delivery, effect_id, queue_item_id, differences, details, link_kind) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)",
-            vec![
-                text(req.delivery.as_str()),
-                text(scope.tenant.as_str()),
-                text(scope.provider.as_str()),
-                text(scope.env.as_str()),
-                opt_text(event_type),
-                int(now),
-                opt_text(strategy.map(|s| s.name.as_str())),
-                opt_int(strategy.map(|s| i64::from(s.version))),
-                opt_text(strategy.map(|s| s.level.as_str())),
-                opt_text(key.map(|k| k.value.as_str())),
-                opt_text(key.map(|k| k.confidence.as_str())),
-                text(codes::prior_code(view.prior)),
-                text(codes::transport_code(view.transport)),
-                text(decision.action.as_str()),
-                opt_text(decision.layer.map(|l| l.as_str())),
-                text(decision.reason.clone()),
-                text(codes::flags_json(&decision.flags)),
-                text(decision.rule),
-                int(i64::from(MATRIX_VERSION)),
-                opt_text(reference.as_ref().map(|d| d.as_str().to_owned())),
-                opt_text(effect.as_ref().map(|e| e.as_str().to_owned())),
-                opt_text(queue_item.as_ref().map(|q| q.as_str().to_owned())),
-                text(codes::differences_json(&view.differences)),
-                text(req.details_json.as_str()),
-                opt_text(link.map(LinkKind::as_str)),
-            ],
-    ));
+    let proof = vec![
+        int(now),
+        opt_text(strategy.map(|s| s.name.as_str())),
+        opt_int(strategy.map(|s| i64::from(s.version))),
+        opt_text(strategy.map(|s| s.level.as_str())),
+        opt_text(key.map(|k| k.value.as_str())),
+        opt_text(key.map(|k| k.confidence.as_str())),
+        text(codes::prior_code(view.prior)),
+        text(codes::transport_code(view.transport)),
+        text(decision.action.as_str()),
+        opt_text(decision.layer.map(|l| l.as_str())),
+        text(decision.reason.clone()),
+        text(codes::flags_json(&decision.flags)),
+        text(decision.rule),
+        int(i64::from(MATRIX_VERSION)),
+        opt_text(reference.as_ref().map(|d| d.as_str().to_owned())),
+        opt_text(effect.as_ref().map(|e| e.as_str().to_owned())),
+        opt_text(queue_item.as_ref().map(|q| q.as_str().to_owned())),
+        text(codes::differences_json(&view.differences)),
+        text(req.details_json.as_str()),
+        opt_text(link.map(LinkKind::as_str)),
+    ];
+    // The proof is the delivery's own row (schema v14): written with its journal entry when
+    // the entry is still to be written, or into it. The decision's event type is the row's.
+    let proof = match journal {
+        Some(reception) => {
+            crate::delivery::decided_statement(&req.delivery, reception, event_type, proof)
+        }
+        None => proof_update(&req.delivery, event_type, proof),
+    };
     let existing_result = if decision.action == Action::Ignore {
         plan::existing_result(view)
     } else {
@@ -293,6 +342,7 @@ pub(crate) fn prepare<'a>(
     Ok(Prepared {
         head,
         writes,
+        proof,
         lock,
         outcome: DecideOutcome {
             prior: view.prior,

@@ -11,10 +11,10 @@
 //!    deliveries journaled before their decision) and every decision's view (the entries a
 //!    data-modifying `WITH` in front of the views), and one for every complete's guarded
 //!    update, at once (pipelined: one round trip);
-//! 2. it runs each decision's matrix on its view, and sends every reception's journal entry
-//!    with every decision's writes as one statement (`chained_set`) followed by `COMMIT` (a
-//!    second round trip; the rows go in the order of the locks they take, so two runners never
-//!    wait on each other in a cycle);
+//! 2. it runs each decision's matrix on its view, and sends every reception's journal entry,
+//!    written with its proof in one row (schema v14), with every decision's writes as one
+//!    statement (`chained_set`) followed by `COMMIT` (a second round trip; the rows go in the
+//!    order of the locks they take, so two runners never wait on each other in a cycle);
 //! 3. it answers each caller only now, after the commit.
 //!
 //! Isolation of the members: a decision whose conditional write found its key taken (by another
@@ -168,19 +168,13 @@ impl Item {
         }
     }
 
-    /// A journal entry and its decision. The entry carries the decision's event type when it
-    /// has none of its own: it is written in the decision's statement, whose update of it
-    /// would not see it (`chained_set`).
+    /// A journal entry and its decision.
     pub fn receive(
         id: DeliveryId,
-        mut reception: NewReception,
-        mut deciding: Deciding,
+        reception: NewReception,
+        deciding: Deciding,
         reply: oneshot::Sender<Result<(DeliveryId, Result<DecideOutcome>)>>,
     ) -> Item {
-        if reception.event_type.is_none() && deciding.request.event_type.is_some() {
-            reception.event_type = deciding.request.event_type.clone();
-            deciding.scope.event_type = reception.event_type.clone();
-        }
         Item {
             journal: Some((id, reception)),
             decide: Some(deciding),
@@ -734,7 +728,13 @@ async fn written(client: &Client, mut items: Vec<Item>, begin: &str) -> Attempt 
             continue;
         };
         let decision = d.matrix.decide(v);
-        match writes::prepare(&d.scope, &d.request, d.key_hash(), v, decision) {
+        // A reception's proof is written with its journal entry, one row.
+        let journal = item
+            .journal
+            .as_ref()
+            .filter(|_| !journal_first(item))
+            .map(|(_, r)| r);
+        match writes::prepare(&d.scope, &d.request, d.key_hash(), v, decision, journal) {
             Ok(p) => prepared[i] = Some(p),
             Err(e) => {
                 rollback(client).await;
@@ -742,12 +742,9 @@ async fn written(client: &Client, mut items: Vec<Item>, begin: &str) -> Attempt 
             }
         }
     }
+    // Every decision writes at least its proof.
     let mut order: Vec<usize> = (0..items.len())
-        .filter(|&i| {
-            prepared[i]
-                .as_ref()
-                .is_some_and(|p| p.head.is_some() || !p.writes.is_empty())
-        })
+        .filter(|&i| prepared[i].is_some())
         .collect();
     // One lock order for every runner: by what each head locks.
     order.sort_by(|&a, &b| lock_order(prepared[a].as_ref()).cmp(&lock_order(prepared[b].as_ref())));
@@ -763,7 +760,7 @@ async fn written(client: &Client, mut items: Vec<Item>, begin: &str) -> Attempt 
         Some(key) => locks.insert(key),
         None => true,
     });
-    let second = match late_journal(&items).and_then(|j| chained_set(j, &order, &mut prepared)) {
+    let second = match chained_set(&items, &order, &mut prepared) {
         Ok(s) => s,
         Err(e) => return refused(client, items, |_| Part::Write, e).await,
     };
@@ -867,21 +864,6 @@ pub(crate) fn complete_text() -> String {
     built.expect("the complete statement is a set template")
 }
 
-/// The receptions' journal entries, for the second round trip: every one of them, whatever
-/// their decisions' conditional writes do.
-fn late_journal(items: &[Item]) -> Result<Option<Rows<'_>>> {
-    let mut journal: Option<Rows> = None;
-    for (i, item) in items.iter().enumerate() {
-        if let Some((id, reception)) = item.journal.as_ref().filter(|_| !journal_first(item)) {
-            let (sql, params) = crate::delivery::journal_statement(id, reception);
-            journal
-                .get_or_insert_with(|| Rows::new(sql, items.len()))
-                .push(i, params)?;
-        }
-    }
-    Ok(journal)
-}
-
 /// A row of a set statement: its member (the first column) and the rest.
 fn member_of(row: Row, members: usize) -> Result<(usize, Row)> {
     let i = row.int(0)?;
@@ -894,21 +876,44 @@ fn member_of(row: Row, members: usize) -> Result<(usize, Row)> {
     Ok((i, Row(cells)))
 }
 
-/// Every decision's writes as ONE statement, set-oriented: the receptions' journal entries
-/// (`j`, kept whatever follows), then the conditional writes, one per shape (`h0`, `h1`: the
-/// effects reserved, the effects taken over), then `ok`, the members whose conditional write
-/// changed a row (or who had none), then every other write, one per table, keeping only the
-/// rows of `ok`'s members, as `executor::chained` does for one decision. It returns `ok`: the
-/// members whose writes were kept. `None` when nothing is to be written.
+/// Every decision's writes as ONE statement, set-oriented: the conditional writes first, one
+/// per shape (`h0`, `h1`: the effects reserved, the effects taken over), then `ok`, the
+/// members whose conditional write changed a row (or who had none), then the receptions'
+/// journal entries (`j`), every one of them, each with its proof where its member is in `ok`
+/// (schema v14: one row), then every other write, one per table, keeping only the rows of
+/// `ok`'s members, as `executor::chained` does for one decision (the proofs of deliveries
+/// journaled before, updates of their rows, among them). It returns `ok`: the members whose
+/// writes were kept. `None` when nothing is to be written.
 ///
-/// A part cannot see the rows another part of the statement writes (they share one snapshot):
-/// a reception's decision writes nothing to its own journal entry (see `Item::receive`).
+/// No part sees the rows another part writes (they share one snapshot): a reception's entry
+/// is written with its decision's event type and proof, never updated by them.
 fn chained_set<'a>(
-    journal: Option<Rows<'a>>,
+    items: &'a [Item],
     order: &[usize],
     prepared: &mut [Option<Prepared<'a>>],
 ) -> Result<Option<Sent<'a>>> {
+    // The receptions' entries: with their proofs (the proofs of members not in `ok` left
+    // empty), or without one for a member that has no decision prepared.
+    let mut journal: Option<Rows> = None;
+    for (i, item) in items.iter().enumerate() {
+        let Some((id, reception)) = item.journal.as_ref().filter(|_| !journal_first(item)) else {
+            continue;
+        };
+        let (sql, params) = match prepared[i].as_mut() {
+            Some(p) => std::mem::take(&mut p.proof),
+            None => crate::delivery::decided_statement(
+                id,
+                reception,
+                reception.event_type.as_deref(),
+                writes::no_proof(),
+            ),
+        };
+        journal
+            .get_or_insert_with(|| Rows::new(sql, items.len()))
+            .push(i, params)?;
+    }
     if order.is_empty() {
+        // No decision to write: the entries alone, every proof empty.
         let Some(journal) = journal else {
             return Ok(None);
         };
@@ -940,9 +945,12 @@ fn chained_set<'a>(
         for w in std::mem::take(&mut p.writes) {
             group(&mut writes, i, w)?;
         }
+        if !p.proof.0.is_empty() {
+            // The proof of a delivery journaled before: an update of its entry.
+            group(&mut writes, i, std::mem::take(&mut p.proof))?;
+        }
     }
     let mut shape = Shape::default();
-    shape.part(6, journal.as_ref());
     for rows in &heads {
         shape.part(3, Some(rows));
     }
@@ -950,6 +958,7 @@ fn chained_set<'a>(
         // Members without a conditional write: one more part, with no template.
         shape.0.push((5, 0, 0));
     }
+    shape.part(6, journal.as_ref());
     for rows in &writes {
         shape.part(4, Some(rows));
     }
@@ -965,12 +974,6 @@ fn chained_set<'a>(
         };
         let mut parts = Vec::new();
         let mut kept = Vec::new();
-        if let Some(journal) = journal {
-            let sql = st.insert(journal, "j", None, false)?;
-            if text {
-                parts.push(format!("j AS ({sql})"));
-            }
-        }
         for (n, rows) in heads.into_iter().enumerate() {
             let alias = name("h", n);
             if rows.template().starts_with("INSERT ") {
@@ -998,6 +1001,13 @@ fn chained_set<'a>(
         }
         if text {
             parts.push(format!("ok AS ({})", kept.join(" UNION ALL ")));
+        }
+        if let Some(journal) = journal {
+            let from = crate::delivery::FIRST_PROOF_PLACEHOLDER;
+            let sql = st.insert_kept(journal, "j", None, false, Some((from, "ok")))?;
+            if text {
+                parts.push(format!("j AS ({sql})"));
+            }
         }
         for (n, rows) in writes.into_iter().enumerate() {
             let alias = name("w", n);

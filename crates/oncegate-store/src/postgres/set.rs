@@ -155,12 +155,48 @@ impl<'a> Statement<'a> {
         filter: Option<&str>,
         returning_key: bool,
     ) -> Result<String> {
+        self.insert_kept(rows, alias, filter, returning_key, None)
+    }
+
+    /// `insert`, where with `kept` (`(n, by)`) the columns of placeholders `$n` onwards are
+    /// written only in the rows whose member `by` (a relation of the statement with a column
+    /// `member`) holds, and empty in the others: a row written whatever happens, part of which
+    /// is kept only on a condition (a journal entry, and its proof if its decision's
+    /// conditional write changed a row).
+    pub fn insert_kept(
+        &mut self,
+        rows: Rows<'a>,
+        alias: &str,
+        filter: Option<&str>,
+        returning_key: bool,
+        kept: Option<(usize, &str)>,
+    ) -> Result<String> {
         let template = rows.template;
         let Some((source, types)) = self.bind(rows, alias) else {
             return Ok(String::new());
         };
         let shape = insert_shape(template)?;
-        let values = source.columns_of(shape.values)?;
+        let values = match kept {
+            None => source.columns_of(shape.values)?,
+            Some((from, by)) => {
+                let plain = |n: usize| source.columns_of(&format!("${n}"));
+                substitute(shape.values, |n| {
+                    let column = plain(n)?;
+                    Ok(if n >= from {
+                        format!("CASE WHEN {by}.member IS NOT NULL THEN {column} END")
+                    } else {
+                        column
+                    })
+                })?
+            }
+        };
+        let source_clause = match kept {
+            None => source.unnest_clause(&types),
+            Some((_, by)) => format!(
+                "{} LEFT JOIN {by} ON {by}.member = {alias}.member",
+                source.unnest_clause(&types)
+            ),
+        };
         let tail = if shape.tail.contains('$') {
             // `excluded` is the row that conflicted; its first column finds its own values.
             let key = source.placeholders[0];
@@ -183,11 +219,7 @@ impl<'a> Statement<'a> {
         } else {
             shape.tail.to_owned()
         };
-        let mut sql = format!(
-            "{} SELECT {values} FROM {}",
-            shape.into,
-            source.unnest_clause(&types)
-        );
+        let mut sql = format!("{} SELECT {values} FROM {source_clause}", shape.into);
         if let Some(filter) = filter {
             sql.push_str(&format!(" WHERE {filter}"));
         }

@@ -1,6 +1,7 @@
 //! What a PostgreSQL refusal means to the caller, sorted once by its SQLSTATE: connection,
 //! resources, shutdown, a lost serialization race or a statement timeout are `Unavailable` (a
-//! retry can succeed: 503); a unique violation is a `Conflict`; anything else is `Internal`
+//! retry can succeed: 503); a unique violation, or a second proof of one delivery
+//! (`schema::DECIDED_ONCE`), is a `Conflict`; anything else is `Internal`
 //! (the statement or the data is at fault). The driver's error is kept as the source, for the
 //! log and for `retry` to recognize a lost race; its text is never shown.
 
@@ -22,6 +23,10 @@ pub(super) fn pg_err(e: tokio_postgres::Error) -> StoreError {
         return StoreError::unanswered(cause, Some(e));
     };
     let code = db.code().clone();
+    if code == SqlState::CHECK_VIOLATION && db.constraint() == Some(crate::schema::DECIDED_ONCE) {
+        // A second proof of one delivery: its row refuses it, as a unique key would.
+        return StoreError::Conflict("the delivery already has its proof".to_owned());
+    }
     match class(&code) {
         ErrorClass::Unavailable(cause) => StoreError::unavailable(cause, e),
         ErrorClass::Conflict => {

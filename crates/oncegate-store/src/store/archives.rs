@@ -173,21 +173,40 @@ impl Store {
         ];
         let mut statements = Vec::new();
         for (entry, rows) in found {
-            let names: Vec<String> = entry
+            // A proof is its delivery's row since schema v14 (`proofs` is a view of the decided
+            // ones): written into the entry restored just before, all but the scope it has.
+            let proof = entry.table == "proofs";
+            let columns: Vec<_> = entry
                 .columns
                 .iter()
-                .map(|c| format!("\"{}\"", c.name))
+                .filter(|c| !(proof && ["tenant", "provider", "env"].contains(&c.name.as_str())))
                 .collect();
+            let names: Vec<String> = columns.iter().map(|c| format!("\"{}\"", c.name)).collect();
             let slots: Vec<String> = (1..=names.len()).map(|i| format!("${i}")).collect();
-            let sql = format!(
-                "INSERT INTO {} ({}) VALUES ({})",
-                entry.table,
-                names.join(", "),
-                slots.join(", ")
-            );
+            let sql = if proof {
+                let mut id = None;
+                let mut sets = Vec::new();
+                for (name, slot) in names.iter().zip(&slots) {
+                    if name == "\"delivery_id\"" {
+                        id = Some(slot);
+                    } else {
+                        sets.push(format!("{name} = {slot}"));
+                    }
+                }
+                let id = id.ok_or_else(|| {
+                    ArchiveError::Invalid("the archive's proofs have no delivery_id".to_owned())
+                })?;
+                format!("UPDATE deliveries SET {} WHERE id = {id}", sets.join(", "))
+            } else {
+                format!(
+                    "INSERT INTO {} ({}) VALUES ({})",
+                    entry.table,
+                    names.join(", "),
+                    slots.join(", ")
+                )
+            };
             for row in rows {
-                let params = entry
-                    .columns
+                let params = columns
                     .iter()
                     .map(|c| value_of(c, row.get(&c.name)))
                     .collect::<Result<Vec<_>>>()?;
@@ -197,7 +216,11 @@ impl Store {
         self.write(true, statements, |tx, statements| {
             Box::pin(async move {
                 for (sql, params) in statements {
-                    tx.exec(sql, params).await?;
+                    if tx.exec(sql, params).await? == 0 {
+                        return Err(StoreError::corrupt(
+                            "the archive holds a proof whose delivery it does not hold",
+                        ));
+                    }
                 }
                 Ok(())
             })
@@ -206,7 +229,6 @@ impl Store {
         Ok(true)
     }
 }
-
 /// Selects the rows whose column `name` holds one of `wanted`.
 fn owned_by<'a>(
     name: &'static str,

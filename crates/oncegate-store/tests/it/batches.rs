@@ -327,19 +327,21 @@ pub async fn every_kind_of_decision_shares_a_batch(b: &Backend) {
     assert_batches_shared(&store);
 }
 
-/// Makes every insert into `table` of a row where `refused` holds fail, as a constraint added
-/// under a running service would. `refused` is a condition on the row's columns, spelled alike
-/// in SQLite's trigger (`NEW.` prefixed) and PostgreSQL's check.
+/// Makes every write to `table` of a row where `refused` holds fail (an insert or an update),
+/// as a constraint added under a running service would. `refused` is a condition on the row's
+/// columns, spelled alike in SQLite's triggers (`NEW.` prefixed) and PostgreSQL's check.
 async fn poison(b: &Backend, table: &str, refused: &str) {
     match b.kind {
         Kind::Sqlite => {
             let path = b.url.trim_start_matches("sqlite://");
             let conn = rusqlite::Connection::open(path).expect("open the test file");
-            conn.execute_batch(&format!(
-                "CREATE TRIGGER poison BEFORE INSERT ON {table} WHEN NEW.{refused} \
-                 BEGIN SELECT RAISE(ABORT, 'poisoned'); END;"
-            ))
-            .expect("create the trigger");
+            for event in ["INSERT", "UPDATE"] {
+                conn.execute_batch(&format!(
+                    "CREATE TRIGGER poison_{event} BEFORE {event} ON {table} WHEN NEW.{refused} \
+                     BEGIN SELECT RAISE(ABORT, 'poisoned'); END;"
+                ))
+                .expect("create the trigger");
+            }
         }
         Kind::Postgres => {
             oncegate_store::testing::pg_admin(&b.url)
@@ -357,8 +359,9 @@ const MEMBERS: usize = 32;
 
 pub async fn a_member_that_fails_fails_alone(b: &Backend) {
     let store = b.open().await;
-    // The proofs of decisions whose details are `{"poison":true}`.
-    poison(b, "proofs", r#"details = '{"poison":true}'"#).await;
+    // The proofs of decisions whose details are `{"poison":true}` (a proof is its delivery's
+    // row, written with its journal entry or into it).
+    poison(b, "deliveries", r#"details = '{"poison":true}'"#).await;
     let barrier = Arc::new(tokio::sync::Barrier::new(MEMBERS));
     let mut tasks = Vec::new();
     for n in 0..MEMBERS {
@@ -511,5 +514,42 @@ pub async fn a_reception_is_journaled_with_its_decisions_event_type(b: &Backend)
         .await
         .expect("the journal");
     assert_eq!(listed.len(), MEMBERS, "each reception journaled once");
+    drop(store);
+}
+
+/// One journaled delivery decided by many callers at once (each through the store's own
+/// path: the first joins a batch, the others read the delivery): one is answered its
+/// decision, every other is refused as a conflict, and the delivery has that one proof.
+pub async fn a_delivery_decided_by_many_callers_at_once_is_decided_once(b: &Backend) {
+    let store = b.open().await;
+    for round in 0..4 {
+        let id = store.journal(reception(round)).await.expect("journaled");
+        let barrier = Arc::new(tokio::sync::Barrier::new(MEMBERS / 4));
+        let mut tasks = Vec::new();
+        for n in 0..MEMBERS / 4 {
+            let (store, barrier, id) = (store.clone(), barrier.clone(), id.clone());
+            tasks.push(tokio::spawn(async move {
+                let req = DecideRequest {
+                    delivery: id,
+                    key: None,
+                    details_json: format!(r#"{{"caller":{n}}}"#),
+                    ..request(round, "unused", "{}")
+                };
+                barrier.wait().await;
+                store.decide(req, &strong_critical).await
+            }));
+        }
+        let mut won = Vec::new();
+        for t in tasks {
+            match t.await.expect("a caller") {
+                Ok(outcome) => won.push(outcome),
+                Err(StoreError::Conflict(_)) => {}
+                Err(e) => panic!("round {round}: a second decision must conflict, got {e}"),
+            }
+        }
+        assert_eq!(won.len(), 1, "round {round}: decided once");
+        let proof = store.proof(&id).await.unwrap().expect("its proof");
+        assert_eq!(proof.action, won[0].decision.action, "round {round}");
+    }
     drop(store);
 }

@@ -170,6 +170,7 @@ mod batches_on {
         a_journal_entry_that_fails_fails_alone,
         every_kind_of_decision_shares_a_batch,
         a_reception_is_journaled_with_its_decisions_event_type,
+        a_delivery_decided_by_many_callers_at_once_is_decided_once,
     );
 }
 

@@ -91,14 +91,12 @@ async fn a_partitioned_store_keeps_its_rows_and_reads_only_its_window() {
     let made = store.partition(65, start).await.expect("partitioned");
     assert!(made.converted);
     for t in [start + Duration::days(1), now, now + Duration::days(5)] {
-        for table in ["deliveries", "proofs"] {
-            let name = format!("{table}_{}", day(t));
-            assert!(made.created.contains(&name), "{name} in {:?}", made.created);
-        }
+        let name = format!("deliveries_{}", day(t));
+        assert!(made.created.contains(&name), "{name} in {:?}", made.created);
     }
     let indexes: Vec<String> = admin
         .query(
-            "SELECT indexname::text FROM pg_indexes WHERE tablename IN ('deliveries', 'proofs') ORDER BY 1",
+            "SELECT indexname::text FROM pg_indexes WHERE tablename = 'deliveries' ORDER BY 1",
             &[],
         )
         .await
@@ -109,8 +107,8 @@ async fn a_partitioned_store_keeps_its_rows_and_reads_only_its_window() {
     for name in [
         "deliveries_pkey",
         "deliveries_strong_transport",
-        "proofs_pkey",
-        "proofs_effect",
+        "deliveries_effect",
+        "deliveries_key",
     ] {
         assert!(indexes.iter().any(|i| i == name), "{name} in {indexes:?}");
     }
@@ -128,19 +126,19 @@ async fn a_partitioned_store_keeps_its_rows_and_reads_only_its_window() {
     let old_day = format!("deliveries_{}", day(now - Duration::days(40)));
     assert_eq!(home(&admin, "deliveries", "id", &old).await, old_day);
     assert_eq!(
-        home(&admin, "proofs", "delivery_id", &recent).await,
-        format!("proofs_{}", day(now - Duration::hours(1)))
+        home(&admin, "deliveries", "id", &recent).await,
+        format!("deliveries_{}", day(now - Duration::hours(1)))
+    );
+    assert!(
+        store.proof(&recent).await.unwrap().is_some(),
+        "a day's partition holds its proofs"
     );
 
     // Run again, it converts nothing and adds only the days still missing.
     let again = store.partition(5, now).await.unwrap();
     assert!(!again.converted && again.created.is_empty(), "{again:?}");
     let ahead = store.extend_partitions(10, now).await.unwrap();
-    assert_eq!(
-        ahead.created.len(),
-        10,
-        "days 6 to 10 ahead, both tables: {ahead:?}"
-    );
+    assert_eq!(ahead.created.len(), 5, "days 6 to 10 ahead: {ahead:?}");
     drop(store);
 
     // Redeliveries now: within the window a transport duplicate; past it, decided by the key.
@@ -167,7 +165,7 @@ async fn a_partitioned_store_keeps_its_rows_and_reads_only_its_window() {
         let Some(day_of) = name
             .split(' ')
             .nth(1)
-            .and_then(|t| t.strip_prefix("deliveries_").or(t.strip_prefix("proofs_")))
+            .and_then(|t| t.strip_prefix("deliveries_"))
         else {
             continue;
         };
@@ -231,16 +229,14 @@ async fn retention_drops_whole_days_and_keeps_a_day_an_open_item_needs() {
         (3, 3),
         "day A whole, day B's first delivery"
     );
-    for table in ["deliveries", "proofs"] {
-        assert!(
-            !exists(&admin, &format!("{table}_{}", day(a))).await,
-            "day A's {table} dropped"
-        );
-        assert!(
-            exists(&admin, &format!("{table}_{}", day(b2))).await,
-            "day B's {table} kept"
-        );
-    }
+    assert!(
+        !exists(&admin, &format!("deliveries_{}", day(a))).await,
+        "day A's partition dropped"
+    );
+    assert!(
+        exists(&admin, &format!("deliveries_{}", day(b2))).await,
+        "day B's partition kept"
+    );
     for gone in [&a1, &a2, &b_first] {
         assert!(
             store.delivery(gone).await.unwrap().is_none(),
