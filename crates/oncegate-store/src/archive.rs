@@ -77,14 +77,10 @@ pub(crate) async fn columns<T: Tx + Send>(
     // The journal's rows hold their proofs since schema v14; an archive keeps them apart, as
     // it always has: the journal's own columns in `deliveries`, the proofs (the store's
     // `proofs` view) in `proofs`.
-    let proof_columns: Vec<&str> = crate::schema::PROOF_COLUMNS
-        .split(',')
-        .map(str::trim)
-        .collect();
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let name = row.text(0)?;
-        if table == "deliveries" && proof_columns.contains(&name.as_str()) {
+        if table == "deliveries" && crate::schema::PROOF_COLUMNS.iter().any(|(c, _)| *c == name) {
             continue;
         }
         let kind = match row.text(1)?.to_ascii_lowercase().as_str() {

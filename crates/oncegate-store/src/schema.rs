@@ -227,8 +227,9 @@ pub(crate) fn partition_table(
 /// `create` (`CREATE VIEW`, or `CREATE OR REPLACE VIEW`).
 fn proofs_view(create: &str) -> String {
     format!(
-        "{create} proofs AS SELECT id AS delivery_id, tenant, provider, env, event_type, {PROOF_COLUMNS} \
-         FROM deliveries WHERE decided_at IS NOT NULL"
+        "{create} proofs AS SELECT id AS delivery_id, tenant, provider, env, event_type, {} \
+         FROM deliveries WHERE decided_at IS NOT NULL",
+        proof_columns("")
     )
 }
 
@@ -286,11 +287,40 @@ pub(crate) fn postgres() -> Vec<(i64, String)> {
     ]
 }
 
-/// The columns of a decision's proof in its delivery's row (schema version 14), in the order
-/// the proof's writes bind them, after the delivery's id.
-pub(crate) const PROOF_COLUMNS: &str = "decided_at, strategy_name, strategy_version, strategy_level, key_value, confidence, \
-prior, transport, action, layer, reason, flags, rule, matrix_version, reference_delivery, effect_id, queue_item_id, \
-differences, details, link_kind";
+/// The columns of a decision's proof in its delivery's row (schema version 14), with their
+/// types, in the order the proof's writes bind them (`decision::writes`), after the delivery's
+/// id: one list for the migration, the `proofs` view, the writes' empty proof and the archive.
+pub(crate) const PROOF_COLUMNS: [(&str, &str); 20] = [
+    ("decided_at", "BIGINT"),
+    ("strategy_name", "TEXT"),
+    ("strategy_version", "BIGINT"),
+    ("strategy_level", "TEXT"),
+    ("key_value", "TEXT"),
+    ("confidence", "TEXT"),
+    ("prior", "TEXT"),
+    ("transport", "TEXT"),
+    ("action", "TEXT"),
+    ("layer", "TEXT"),
+    ("reason", "TEXT"),
+    ("flags", "TEXT"),
+    ("rule", "TEXT"),
+    ("matrix_version", "BIGINT"),
+    ("reference_delivery", "TEXT"),
+    ("effect_id", "TEXT"),
+    ("queue_item_id", "TEXT"),
+    ("differences", "TEXT"),
+    ("details", "TEXT"),
+    ("link_kind", "TEXT"),
+];
+
+/// `PROOF_COLUMNS`' names, each with `prefix`, comma-separated.
+fn proof_columns(prefix: &str) -> String {
+    PROOF_COLUMNS
+        .iter()
+        .map(|(name, _)| format!("{prefix}{name}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// The constraint that refuses a second decision of one delivery: a proof written over
 /// another empties `decided_at` (see `decision::writes`), which this forbids. Its name tells a
@@ -313,40 +343,19 @@ pub(crate) const DECIDED_ONCE: &str = "deliveries_decided_once";
 /// whose delivery row is gone (none should be: purge removes both together) keeps a row of its
 /// own, with an empty journal entry (no body hash, no headers, size 0), rather than being lost.
 fn proofs_in_deliveries(dialect: Dialect) -> String {
-    let columns = [
-        "decided_at BIGINT",
-        "strategy_name TEXT",
-        "strategy_version BIGINT",
-        "strategy_level TEXT",
-        "key_value TEXT",
-        "confidence TEXT",
-        "prior TEXT",
-        "transport TEXT",
-        "action TEXT",
-        "layer TEXT",
-        "reason TEXT",
-        "flags TEXT",
-        "rule TEXT",
-        "matrix_version BIGINT",
-        "reference_delivery TEXT",
-        "effect_id TEXT",
-        "queue_item_id TEXT",
-        "differences TEXT",
-        "details TEXT",
-        "link_kind TEXT",
-    ];
     // A decided row has its proof's time and action; an undecided one neither.
     let once = "(decided_at IS NULL) = (action IS NULL)";
     let mut sql = String::new();
-    for c in columns {
+    for (name, kind) in PROOF_COLUMNS {
         // SQLite adds a constraint only with a column.
-        let check = match (dialect, c.starts_with("action ")) {
-            (Dialect::Sqlite, true) => format!(" CONSTRAINT {DECIDED_ONCE} CHECK ({once})"),
+        let check = match (dialect, name) {
+            (Dialect::Sqlite, "action") => format!(" CONSTRAINT {DECIDED_ONCE} CHECK ({once})"),
             _ => String::new(),
         };
-        sql.push_str(&format!("ALTER TABLE deliveries ADD COLUMN {c}{check};\n"));
+        sql.push_str(&format!(
+            "ALTER TABLE deliveries ADD COLUMN {name} {kind}{check};\n"
+        ));
     }
-    let cols = PROOF_COLUMNS;
     sql.push_str(&format!(
         "INSERT INTO deliveries (id, tenant, provider, env, event_type, received_at, size, body_sha256, headers_json) \
          SELECT p.delivery_id, p.tenant, p.provider, p.env, p.event_type, p.decided_at, 0, '', '{{}}' FROM proofs p \
@@ -354,7 +363,8 @@ fn proofs_in_deliveries(dialect: Dialect) -> String {
          UPDATE deliveries SET (event_type, {cols}) = \
          (SELECT COALESCE(p.event_type, deliveries.event_type), {p_cols} FROM proofs p WHERE p.delivery_id = deliveries.id) \
          WHERE id IN (SELECT delivery_id FROM proofs);\n",
-        p_cols = cols.split(", ").map(|c| format!("p.{}", c.trim())).collect::<Vec<_>>().join(", "),
+        cols = proof_columns(""),
+        p_cols = proof_columns("p."),
     ));
     if dialect == Dialect::Postgres {
         sql.push_str(&format!(

@@ -84,29 +84,13 @@ pub(crate) fn proof_update<'a>(
 /// The values of `schema::PROOF_COLUMNS` of a delivery not decided: a journal entry written
 /// without its proof, with the statement that writes one with it.
 pub(crate) fn no_proof() -> Vec<Value<'static>> {
-    let (t, i) = (|| Value::Text(None), || Value::Int(None));
-    vec![
-        i(),
-        t(),
-        i(),
-        t(),
-        t(),
-        t(),
-        t(),
-        t(),
-        t(),
-        t(),
-        t(),
-        t(),
-        t(),
-        i(),
-        t(),
-        t(),
-        t(),
-        t(),
-        t(),
-        t(),
-    ]
+    crate::schema::PROOF_COLUMNS
+        .iter()
+        .map(|(_, kind)| match *kind {
+            "BIGINT" => Value::Int(None),
+            _ => Value::Text(None),
+        })
+        .collect()
 }
 
 /// The error of a decision of `delivery` whose writes were refused: a conflict is the proof's
@@ -355,4 +339,63 @@ pub(crate) fn prepare<'a>(
             decision,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The column names a statement writes, in order: an insert's list, or an update's `SET`.
+    fn written(sql: &str) -> Vec<String> {
+        if let Some(rest) = sql.strip_prefix("INSERT INTO deliveries (") {
+            let list = rest.split_once(')').expect("a column list").0;
+            list.split(',').map(|c| c.trim().to_owned()).collect()
+        } else {
+            let set = sql
+                .strip_prefix("UPDATE deliveries SET ")
+                .and_then(|s| s.rsplit_once(" WHERE "))
+                .expect("an update")
+                .0;
+            set.split(", ")
+                .filter_map(|a| a.split_once(" = ").map(|(c, _)| c.trim().to_owned()))
+                .collect()
+        }
+    }
+
+    /// Both ways a proof is written name `schema::PROOF_COLUMNS` in its order, the order its
+    /// values are bound in, and an empty proof has a value of each column's kind.
+    #[test]
+    fn the_proof_statements_write_the_proof_columns_in_order() {
+        let names: Vec<String> = crate::schema::PROOF_COLUMNS
+            .iter()
+            .map(|(n, _)| (*n).to_owned())
+            .collect();
+        let id = DeliveryId::from_u128(1);
+        let (update, params) = proof_update(&id, None, no_proof());
+        assert_eq!(written(update)[1..], names[..], "{update}");
+        assert_eq!(params.len(), 2 + names.len());
+        let reception = NewReception {
+            tenant: "acme".into(),
+            provider: "payflow".into(),
+            env: "live".into(),
+            event_type: None,
+            received_at: time::OffsetDateTime::UNIX_EPOCH,
+            size: 1,
+            body_sha256: "h".into(),
+            headers_json: "{}".into(),
+            payload: None,
+            transport_key: None,
+            correlation_id: None,
+        };
+        let (insert, params) =
+            crate::delivery::decided_statement(&id, &reception, None, no_proof());
+        let columns = written(insert);
+        let first = crate::delivery::FIRST_PROOF_PLACEHOLDER - 1;
+        assert_eq!(columns[first..], names[..], "{insert}");
+        assert_eq!(params.len(), columns.len());
+        for ((name, kind), value) in crate::schema::PROOF_COLUMNS.iter().zip(no_proof()) {
+            let int = matches!(value, Value::Int(None));
+            assert_eq!(int, *kind == "BIGINT", "{name}");
+        }
+    }
 }
