@@ -953,7 +953,8 @@ mod tests {
             .concat(),
         )
         .unwrap();
-        let before: Vec<Vec<rusqlite::types::Value>> = {
+        // Every proof as it reads, cell by cell.
+        let proofs = |conn: &Connection| -> Vec<Vec<rusqlite::types::Value>> {
             let mut stmt = conn
                 .prepare("SELECT * FROM proofs ORDER BY delivery_id")
                 .unwrap();
@@ -963,17 +964,9 @@ mod tests {
                 .collect::<rusqlite::Result<_>>()
                 .unwrap()
         };
+        let before = proofs(&conn);
         conn.execute_batch(&v14).unwrap();
-        let after: Vec<Vec<rusqlite::types::Value>> = {
-            let mut stmt = conn
-                .prepare("SELECT * FROM proofs ORDER BY delivery_id")
-                .unwrap();
-            let n = stmt.column_count();
-            stmt.query_map([], |r| (0..n).map(|i| r.get(i)).collect())
-                .unwrap()
-                .collect::<rusqlite::Result<_>>()
-                .unwrap()
-        };
+        let after = proofs(&conn);
         assert_eq!(after, before, "every proof reads as it did");
         assert_eq!(count(&conn, "SELECT COUNT(*) FROM deliveries"), 3);
         assert_eq!(

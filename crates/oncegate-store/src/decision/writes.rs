@@ -47,7 +47,7 @@ pub(super) async fn apply<T: Tx + Send>(
         outcome,
         ..
     } = prepare(scope, req, hash, view, decision, journal)?;
-    writes.push(proof);
+    writes.extend(proof);
     let applied = match tx.write_decision(head.as_ref(), &writes).await {
         Ok(applied) => applied,
         // The proof's rule (`schema::DECIDED_ONCE`): another transaction decided this
@@ -110,8 +110,9 @@ pub(crate) struct Prepared<'a> {
     /// Everything else but the proof, kept only if the head changed a row.
     pub writes: Vec<Statement<'a>>,
     /// The proof, kept only if the head changed a row: the delivery's journal entry with it
-    /// (`delivery::decided_statement`), or its update of the entry (`proof_update`).
-    pub proof: Statement<'a>,
+    /// (`delivery::decided_statement`), or its update of the entry (`proof_update`). Always
+    /// there from `prepare`; a backend takes it to write it where it belongs.
+    pub proof: Option<Statement<'a>>,
     /// What the head locks: the key's scope hash for a new effect (its number in the scope is
     /// unique), the effect's id for a takeover.
     lock: Option<Cow<'a, str>>,
@@ -326,7 +327,7 @@ pub(crate) fn prepare<'a>(
     Ok(Prepared {
         head,
         writes,
-        proof,
+        proof: Some(proof),
         lock,
         outcome: DecideOutcome {
             prior: view.prior,

@@ -899,8 +899,8 @@ fn chained_set<'a>(
         let Some((id, reception)) = item.journal.as_ref().filter(|_| !journal_first(item)) else {
             continue;
         };
-        let (sql, params) = match prepared[i].as_mut() {
-            Some(p) => std::mem::take(&mut p.proof),
+        let (sql, params) = match prepared[i].as_mut().and_then(|p| p.proof.take()) {
+            Some(entry_and_proof) => entry_and_proof,
             None => crate::delivery::decided_statement(
                 id,
                 reception,
@@ -945,9 +945,9 @@ fn chained_set<'a>(
         for w in std::mem::take(&mut p.writes) {
             group(&mut writes, i, w)?;
         }
-        if !p.proof.0.is_empty() {
+        if let Some(proof) = p.proof.take() {
             // The proof of a delivery journaled before: an update of its entry.
-            group(&mut writes, i, std::mem::take(&mut p.proof))?;
+            group(&mut writes, i, proof)?;
         }
     }
     let mut shape = Shape::default();
