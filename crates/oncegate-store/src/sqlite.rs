@@ -396,11 +396,9 @@ impl SqliteStore {
             ));
             if decided.is_err() {
                 control(tx.conn, "ROLLBACK TO decision").map_err(sqlite_err)?;
-            }
-            control(tx.conn, "RELEASE decision").map_err(sqlite_err)?;
-            if decided.is_err() {
                 now_or_never(crate::delivery::journal(tx, &id, &reception))?;
             }
+            control(tx.conn, "RELEASE decision").map_err(sqlite_err)?;
             Ok((id, decided))
         })
         .await

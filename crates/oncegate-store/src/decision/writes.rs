@@ -393,6 +393,9 @@ mod tests {
         let columns = written(insert);
         let first = crate::delivery::FIRST_PROOF_PLACEHOLDER - 1;
         assert_eq!(columns[first..], names[..], "{insert}");
+        // The entry's own columns are the journal's, in its order: its values are bound so.
+        let (journal, _) = crate::delivery::journal_statement(&id, &reception);
+        assert_eq!(columns[..first], written(journal)[..], "{insert}");
         assert_eq!(params.len(), columns.len());
         for ((name, kind), value) in crate::schema::PROOF_COLUMNS.iter().zip(no_proof()) {
             let int = matches!(value, Value::Int(None));
