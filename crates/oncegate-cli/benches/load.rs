@@ -596,13 +596,15 @@ async fn bench() {
 }
 
 /// The store's group commits during the timed slices, from `oncegate_store_batch_calls` (a
-/// histogram: cumulative counts per `le`, then `_count` and `_sum`).
+/// histogram: cumulative counts per `le`, then `_count` and `_sum`) and
+/// `oncegate_store_round_trips_total`.
 #[derive(Debug, Default, Clone)]
 struct BatchSizes {
     /// (`le`, batches at or under it), cumulative, in the order served.
     buckets: Vec<(String, f64)>,
     batches: f64,
     calls: f64,
+    round_trips: f64,
 }
 
 impl BatchSizes {
@@ -631,6 +633,8 @@ impl BatchSizes {
                 seen.batches = value;
             } else if name == "oncegate_store_batch_calls_sum" {
                 seen.calls = value;
+            } else if name == "oncegate_store_round_trips_total" {
+                seen.round_trips = value;
             }
         }
         seen
@@ -654,9 +658,11 @@ impl BatchSizes {
         }
         self.batches += after.batches - before.batches;
         self.calls += after.calls - before.calls;
+        self.round_trips += after.round_trips - before.round_trips;
     }
 
-    /// `group commits: N, M calls each on average; share of batches by calls: ≤1 x %, …`.
+    /// `group commits: N, M calls each on average[, R round trips each]; share of batches by
+    /// calls: ≤1 x %, …` (round trips where the store has a server).
     fn line(&self) -> String {
         if self.batches <= 0.0 {
             return "group commits: none reported".to_owned();
@@ -677,8 +683,13 @@ impl BatchSizes {
             };
             shares.push(format!("{label} {share:.0} %"));
         }
+        let trips = if self.round_trips > 0.0 {
+            format!(", {:.2} round trips each", self.round_trips / self.batches)
+        } else {
+            String::new()
+        };
         format!(
-            "group commits: {:.0}, {:.1} calls each on average; batches by calls: {}",
+            "group commits: {:.0}, {:.1} calls each on average{trips}; batches by calls: {}",
             self.batches,
             self.calls / self.batches,
             shares.join(", ")

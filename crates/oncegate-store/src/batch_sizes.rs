@@ -1,7 +1,8 @@
 //! How many calls each group commit gathered: the backend that batches (SQLite's writer,
 //! PostgreSQL's batches) records every batch it runs, and the metrics and the load bench read
 //! the distribution. A batch of one pays a whole commit for one call; the fuller the batches,
-//! the fewer commits and statements a decision costs.
+//! the fewer commits and statements a decision costs. PostgreSQL's batches also count their
+//! round trips to the server (one for a batch with no decision, two with one).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -20,9 +21,11 @@ pub const BATCH_SIZE_BOUNDS: [u64; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 /// sizes.record(6);
 /// sizes.record(6);
 /// sizes.record(600);
+/// sizes.round_trip();
 /// let seen = sizes.snapshot();
 /// assert_eq!(seen.batches, 4);
 /// assert_eq!(seen.calls, 613);
+/// assert_eq!(seen.round_trips, 1);
 /// assert_eq!(seen.per_bucket[0], 1); // one batch of one call
 /// assert_eq!(seen.per_bucket[3], 2); // two of 5 to 8 calls
 /// assert_eq!(seen.per_bucket[8], 1); // one past the last bound
@@ -32,6 +35,7 @@ pub struct BatchSizes {
     per_bucket: [AtomicU64; BATCH_SIZE_BOUNDS.len() + 1],
     batches: AtomicU64,
     calls: AtomicU64,
+    round_trips: AtomicU64,
 }
 
 impl BatchSizes {
@@ -47,12 +51,18 @@ impl BatchSizes {
         self.calls.fetch_add(calls, Ordering::Relaxed);
     }
 
+    /// Counts one round trip of a batch to its server.
+    pub fn round_trip(&self) {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The counts as of now.
     pub fn snapshot(&self) -> BatchSizesSeen {
         BatchSizesSeen {
             per_bucket: std::array::from_fn(|i| self.per_bucket[i].load(Ordering::Relaxed)),
             batches: self.batches.load(Ordering::Relaxed),
             calls: self.calls.load(Ordering::Relaxed),
+            round_trips: self.round_trips.load(Ordering::Relaxed),
         }
     }
 }
@@ -67,4 +77,6 @@ pub struct BatchSizesSeen {
     pub batches: u64,
     /// Calls they held, in all.
     pub calls: u64,
+    /// Round trips to the server they took, in all (none for a store in process).
+    pub round_trips: u64,
 }

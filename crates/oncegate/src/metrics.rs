@@ -110,6 +110,27 @@ impl prometheus_client::encoding::EncodeMetric for BatchSizesMetric {
     }
 }
 
+/// The round trips the store's group commits took to their server, a counter read when
+/// scraped (none for a store in process).
+#[derive(Debug)]
+struct RoundTripsMetric(Arc<BatchSizes>);
+
+impl prometheus_client::encoding::EncodeMetric for RoundTripsMetric {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::MetricEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        encoder.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
+            &self.0.snapshot().round_trips,
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Counter
+    }
+}
+
 /// A gate's Prometheus registry and its counters, gauges and histograms (`oncegate_*`).
 pub struct Metrics {
     registry: Registry,
@@ -145,7 +166,13 @@ impl Metrics {
         registry.register(
             "store_batch_calls",
             "Calls gathered into each group commit of the store (one transaction, one commit)",
-            BatchSizesMetric(batch_sizes),
+            BatchSizesMetric(batch_sizes.clone()),
+        );
+        registry.register(
+            "store_round_trips",
+            "Round trips the store's group commits took to the database server (two for a \
+             batch with a decision, one for one without)",
+            RoundTripsMetric(batch_sizes),
         );
         let deliveries = Family::<DeliveryLabels, Counter>::default();
         registry.register(

@@ -81,6 +81,16 @@ pub async fn health_metrics_and_unknown_routes(kind: Kind) {
         batches
     );
     assert!(sample("oncegate_store_batch_calls_bucket{le=\"1.0\"}") <= batches);
+    // Their round trips to the database: one or two per batch on PostgreSQL (a batch with a
+    // decision reads its view, then writes), none for SQLite, in process.
+    let trips = sample("oncegate_store_round_trips_total");
+    match kind {
+        Kind::Sqlite => assert_eq!(trips, 0.0),
+        Kind::Postgres => assert!(
+            trips >= batches && trips <= 2.0 * batches,
+            "{trips} round trips for {batches} batches"
+        ),
+    }
 
     // Unknown routes and methods answer in the error shape too.
     let nf = s.get("/v1/nothing-here", Some(ADMIN)).await;

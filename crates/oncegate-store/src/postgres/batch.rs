@@ -1,6 +1,7 @@
 //! PostgreSQL's group commit: the hot path's calls (a journal entry, a decision, a journal entry
 //! with its decision, a holder's complete) from every caller of the instance, gathered into one
-//! transaction on one connection, in two round trips and one commit for the whole batch.
+//! transaction on one connection, in two round trips (one without a decision) and one commit for
+//! the whole batch.
 //!
 //! A few runners share one queue. A runner takes everything waiting (up to `MAX_BATCH`), and
 //! while another batch is in flight keeps gathering for a moment (`Gathering`), so the callers
@@ -16,6 +17,10 @@
 //!    statement (`chained_set`) followed by `COMMIT` (a second round trip; the rows go in the
 //!    order of the locks they take, so two runners never wait on each other in a cycle);
 //! 3. it answers each caller only now, after the commit.
+//!
+//! A batch with no decision (journal entries without one, completes) has nothing to write
+//! after its first round trip, and sends its `COMMIT` in it: one round trip. Each round trip is
+//! counted (`BatchSizes::round_trip`, the `oncegate_store_round_trips` metric).
 //!
 //! Isolation of the members: a decision whose conditional write found its key taken (by another
 //! member, or another transaction) wrote nothing, and is read and decided again in the next
@@ -335,7 +340,7 @@ async fn runner(
         }
         sizes.record(batch.len());
         gathering.in_flight.fetch_add(1, Ordering::Relaxed);
-        carry = run(&pool, batch, begin).await;
+        carry = run(&pool, batch, begin, &sizes).await;
         gathering.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -350,7 +355,7 @@ async fn runner(
 pub(crate) const BATCH_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Runs one batch; returns the members to run again in the next one.
-async fn run(pool: &Pool, items: Vec<Item>, begin: &str) -> Vec<Item> {
+async fn run(pool: &Pool, items: Vec<Item>, begin: &str, sizes: &BatchSizes) -> Vec<Item> {
     let client = match pool.get().await {
         Ok(c) => c,
         Err(e) => {
@@ -361,7 +366,7 @@ async fn run(pool: &Pool, items: Vec<Item>, begin: &str) -> Vec<Item> {
             return Vec::new();
         }
     };
-    match tokio::time::timeout(BATCH_BOUND, on(&client, items, begin)).await {
+    match tokio::time::timeout(BATCH_BOUND, on(&client, items, begin, sizes)).await {
         Ok(carry) => carry,
         Err(_) => {
             // The members still in the batch were dropped with it: their callers hear that
@@ -373,11 +378,11 @@ async fn run(pool: &Pool, items: Vec<Item>, begin: &str) -> Vec<Item> {
 }
 
 /// Runs one batch on its connection.
-async fn on(client: &Client, items: Vec<Item>, begin: &str) -> Vec<Item> {
+async fn on(client: &Client, items: Vec<Item>, begin: &str, sizes: &BatchSizes) -> Vec<Item> {
     if items.len() == 1 {
-        return alone(client, items, begin).await;
+        return alone(client, items, begin, sizes).await;
     }
-    match once(client, items, begin).await {
+    match once(client, items, begin, sizes).await {
         Ok(carry) => carry,
         Err((failure @ (Failure::LostRace(_) | Failure::Refused(_)), items)) => {
             rollback(client).await;
@@ -387,7 +392,7 @@ async fn on(client: &Client, items: Vec<Item>, begin: &str) -> Vec<Item> {
                 if matches!(failure, Failure::LostRace(_)) {
                     retry_pause(1).await;
                 }
-                carry.extend(alone(client, vec![item], begin).await);
+                carry.extend(alone(client, vec![item], begin, sizes).await);
             }
             carry
         }
@@ -402,9 +407,14 @@ async fn on(client: &Client, items: Vec<Item>, begin: &str) -> Vec<Item> {
 }
 
 /// One member alone, retried after lost serialization races.
-async fn alone(client: &Client, mut items: Vec<Item>, begin: &str) -> Vec<Item> {
+async fn alone(
+    client: &Client,
+    mut items: Vec<Item>,
+    begin: &str,
+    sizes: &BatchSizes,
+) -> Vec<Item> {
     loop {
-        match once(client, items, begin).await {
+        match once(client, items, begin, sizes).await {
             Ok(carry) => return carry,
             Err((Failure::LostRace(e), mut back)) => {
                 rollback(client).await;
@@ -507,9 +517,10 @@ impl Shape {
 }
 
 /// Runs `sent` in one round trip on `client` (`pipeline::pipelined`), with their arrays as
-/// parameters.
+/// parameters, and counts the round trip in `sizes`.
 async fn pipelined(
     client: &Client,
+    sizes: &BatchSizes,
     sent: &[Sent<'_>],
     begin: Option<&str>,
     commit: bool,
@@ -522,6 +533,7 @@ async fn pipelined(
             rows: *rows,
         })
         .collect();
+    sizes.round_trip();
     super::pipeline::pipelined(client, &steps, begin, commit).await
 }
 
@@ -571,7 +583,7 @@ fn journal_first(item: &Item) -> bool {
 /// Each round trip is a few set statements whatever the batch's size (see `set`): the journal
 /// entries and the views in one, the completes in one, then every decision's writes chained on
 /// their conditional writes in one.
-async fn once(client: &Client, mut items: Vec<Item>, begin: &str) -> Attempt {
+async fn once(client: &Client, mut items: Vec<Item>, begin: &str, sizes: &BatchSizes) -> Attempt {
     // Two completes of one effect in one statement would update its row twice: the later one
     // waits for the next batch.
     let mut later = Vec::new();
@@ -583,7 +595,7 @@ async fn once(client: &Client, mut items: Vec<Item>, begin: &str) -> Attempt {
             _ => i += 1,
         }
     }
-    match written(client, items, begin).await {
+    match written(client, items, begin, sizes).await {
         Ok(mut carry) => {
             carry.extend(later);
             Ok(carry)
@@ -667,7 +679,12 @@ fn first_round(items: &[Item]) -> Result<Vec<(Sent<'_>, Vec<usize>, Part)>> {
 }
 
 /// Round trip 2: every decision's writes in one statement (`chained_set`), then COMMIT.
-async fn written(client: &Client, mut items: Vec<Item>, begin: &str) -> Attempt {
+async fn written(
+    client: &Client,
+    mut items: Vec<Item>,
+    begin: &str,
+    sizes: &BatchSizes,
+) -> Attempt {
     let first = match first_round(&items) {
         Ok(f) => f,
         Err(e) => return refused(client, items, first_part, e).await,
@@ -677,7 +694,10 @@ async fn written(client: &Client, mut items: Vec<Item>, begin: &str) -> Attempt 
         .into_iter()
         .map(|(sent, members, part)| (sent, (members, part)))
         .unzip();
-    let answers = match pipelined(client, &sent, Some(begin), false).await {
+    // A batch with no view to read (journal entries without a decision, completes) has nothing
+    // to write after its first round trip: its COMMIT goes in it, one round trip in all.
+    let viewing = first.iter().any(|(_, part)| *part == Part::View);
+    let answers = match pipelined(client, sizes, &sent, Some(begin), !viewing).await {
         Ok(a) => a,
         Err(e) => return Err((whole(e), items)),
     };
@@ -765,11 +785,19 @@ async fn written(client: &Client, mut items: Vec<Item>, begin: &str) -> Attempt 
         Err(e) => return refused(client, items, |_| Part::Write, e).await,
     };
 
-    // Round trip 2: the writes and COMMIT.
+    // Round trip 2: the writes and COMMIT (committed already when there was no view).
     let sent: Vec<Sent> = second.into_iter().collect();
-    let answers = match pipelined(client, &sent, None, true).await {
-        Ok(a) => a,
-        Err(e) => return Err((whole(e), items)),
+    let answers = match (viewing, sent.is_empty()) {
+        (true, _) => match pipelined(client, sizes, &sent, None, true).await {
+            Ok(a) => a,
+            Err(e) => return Err((whole(e), items)),
+        },
+        (false, true) => Vec::new(),
+        // Writes come only from views read: none can follow a committed first round trip.
+        (false, false) => {
+            let e = StoreError::corrupt("a batch with no view had writes after its commit");
+            return Err((Failure::Unavailable(e), items));
+        }
     };
     let mut applied: Vec<bool> = (0..items.len())
         .map(|i| prepared[i].is_some() && !held_back.contains(&i))

@@ -553,3 +553,71 @@ pub async fn a_delivery_decided_by_many_callers_at_once_is_decided_once(b: &Back
     }
     drop(store);
 }
+
+/// A call alone takes only the round trips its work needs, the batch's commit in the last: a
+/// decision two (its view, then its writes), a journal entry or a complete one (nothing to read
+/// before writing); each is visible to another connection once answered. A refused entry fails
+/// alone in its one round trip, and the next call runs on a connection left outside any
+/// transaction. A store in process (SQLite) takes no round trip at all.
+pub async fn a_call_alone_takes_only_the_round_trips_it_needs(b: &Backend) {
+    let store = b.open().await;
+    // A second store: its own connections, so what it reads has been committed.
+    let other = b.open().await;
+    poison(b, "deliveries", "body_sha256 = 'body-3'").await;
+    let trip = match b.kind {
+        Kind::Sqlite => 0,
+        Kind::Postgres => 1,
+    };
+    let trips = || store.batch_sizes().snapshot().round_trips;
+
+    let before = trips();
+    let (id, decided) = store
+        .journal_and_decide(reception(1), request(1, "re_1", "{}"), &strong_critical)
+        .await
+        .expect("journaled");
+    let held = decided.expect("decided").reservation.expect("reserved");
+    assert_eq!(trips() - before, 2 * trip, "a decision reads, then writes");
+    assert!(
+        other.proof(&id).await.unwrap().is_some(),
+        "its proof committed"
+    );
+
+    let before = trips();
+    store
+        .complete(&held.effect, held.fencing_token, r#"{"ok":true}"#, t0())
+        .await
+        .expect("the holder completes");
+    assert_eq!(trips() - before, trip, "a complete is one round trip");
+    let effect = other
+        .effect(&held.effect)
+        .await
+        .unwrap()
+        .expect("the effect");
+    assert_eq!(
+        effect.state,
+        EffectState::Completed,
+        "the complete committed"
+    );
+
+    let before = trips();
+    let journaled = store.journal(reception(2)).await.expect("journaled");
+    assert_eq!(trips() - before, trip, "a journal entry is one round trip");
+    assert!(
+        other.delivery(&journaled).await.unwrap().is_some(),
+        "the entry committed"
+    );
+
+    let before = trips();
+    let e = store
+        .journal(reception(3))
+        .await
+        .expect_err("a refused entry fails");
+    assert!(!e.is_unavailable(), "refused for good: {e}");
+    assert!(trips() - before >= trip, "it was sent");
+    let after = store.journal(reception(4)).await.expect("the next entry");
+    assert!(
+        other.delivery(&after).await.unwrap().is_some(),
+        "the next entry committed on its own"
+    );
+    drop((store, other));
+}

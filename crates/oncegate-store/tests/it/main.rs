@@ -171,6 +171,7 @@ mod batches_on {
         every_kind_of_decision_shares_a_batch,
         a_reception_is_journaled_with_its_decisions_event_type,
         a_delivery_decided_by_many_callers_at_once_is_decided_once,
+        a_call_alone_takes_only_the_round_trips_it_needs,
     );
 }
 
