@@ -370,10 +370,11 @@ pub(crate) fn batch_plans() -> &'static str {
     BATCH_PLANS
 }
 
-/// The text of a batch's complete statement (see `testing`).
+/// The text of a batch's complete statement (see `testing`), as a batch of one call writes it
+/// (`single`) or any other.
 #[cfg(feature = "testing")]
-pub(crate) fn batch_complete_text() -> String {
-    batch::complete_text()
+pub(crate) fn batch_complete_text(single: bool) -> String {
+    batch::complete_text(single)
 }
 
 /// A call whose batch was given up (`batch::BATCH_BOUND`) or stopped hears no answer: its

@@ -53,7 +53,13 @@ pub async fn pg_admin(url: &str) -> tokio_postgres::Client {
 /// The statement PostgreSQL's batches complete effects with (arrays `$1` effect ids, `$2`
 /// tokens, `$3` times in ms, `$4` results, `$5` members), for tests of its plan.
 pub fn pg_batch_complete_sql() -> String {
-    crate::postgres::batch_complete_text()
+    crate::postgres::batch_complete_text(false)
+}
+
+/// The same statement as a batch of one call writes it (`$1` effect id, `$2` token, `$3` the
+/// time in ms, `$4` the result, `$5` the member, each a value), for tests of its plan.
+pub fn pg_batch_complete_one_sql() -> String {
+    crate::postgres::batch_complete_text(true)
 }
 
 /// The statement a holder's complete runs outside a batch (`$1` effect id, `$2` token, `$3`

@@ -48,6 +48,12 @@ impl Column {
     }
 }
 
+/// The type of an array's element: `text` for `text[]` (a statement of one row binds its
+/// columns as values, see `set::Statement::single`).
+pub(super) fn element_of(array_type: &str) -> &str {
+    array_type.strip_suffix("[]").unwrap_or(array_type)
+}
+
 /// The rows of one template, each the parameters of one run of it, with the member each
 /// belongs to. Shared by every array parameter that reads a column of it, so binding the rows
 /// copies none of their values.
@@ -112,7 +118,8 @@ impl ToSql for Array<'_> {
     ) -> std::result::Result<IsNull, Box<dyn Error + Sync + Send>> {
         let element = match ty.kind() {
             Kind::Array(element) => element,
-            _ => return Err(format!("a set statement's array was bound as {ty}").into()),
+            // A statement of one row binds each column as its one value.
+            _ => return self.one(ty, out),
         };
         match self {
             Array::Column { table, index } => {
@@ -135,11 +142,48 @@ impl ToSql for Array<'_> {
     }
 
     fn accepts(ty: &Type) -> bool {
-        matches!(ty.kind(), Kind::Array(e)
-            if [Type::TEXT, Type::INT8, Type::BOOL, Type::BYTEA].contains(e))
+        let element = match ty.kind() {
+            Kind::Array(e) => e,
+            _ => ty,
+        };
+        [Type::TEXT, Type::INT8, Type::BOOL, Type::BYTEA].contains(element)
     }
 
     to_sql_checked!();
+}
+
+impl Array<'_> {
+    /// The one value of a column or a list of members bound as a value, not an array (a
+    /// statement whose rows are one).
+    fn one(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn Error + Sync + Send>> {
+        let only = |rows: usize| {
+            if rows == 1 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "a set statement's column of {rows} rows was bound as one {ty}"
+                ))
+            }
+        };
+        match self {
+            Array::Column { table, index } => {
+                only(table.rows.len())?;
+                as_sql(&table.rows[0].values[*index]).to_sql_checked(ty, out)
+            }
+            Array::Members(table) => {
+                only(table.rows.len())?;
+                table.rows[0].member.to_sql_checked(ty, out)
+            }
+            Array::Int(v) => {
+                only(v.len())?;
+                v[0].to_sql_checked(ty, out)
+            }
+        }
+    }
 }
 
 /// A one-dimensional array of `len` elements of type `element`, each written by `write`.
@@ -207,6 +251,11 @@ impl<'a> Rows<'a> {
         self.template
     }
 
+    /// How many rows there are.
+    pub fn count(&self) -> usize {
+        self.table.rows.len()
+    }
+
     /// The type of each column, as the first row's values have them.
     pub(super) fn columns(&self) -> impl Iterator<Item = Column> + '_ {
         self.table
@@ -250,5 +299,42 @@ impl<'a> Rows<'a> {
             values: params,
         });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::{int, text};
+
+    #[test]
+    fn a_column_binds_as_an_array_or_as_its_one_value() {
+        let mut rows = Rows::new("INSERT INTO t (a, b) VALUES ($1, $2)", 2);
+        rows.push(7, vec![text("x"), int(1)]).unwrap();
+        let column = Array::Column {
+            table: rows.table.clone(),
+            index: 0,
+        };
+        let mut out = BytesMut::new();
+        column.to_sql_checked(&Type::TEXT, &mut out).unwrap();
+        assert_eq!(&out[..], b"x", "one row: its value");
+        let members = Array::Members(rows.table.clone());
+        let mut out = BytesMut::new();
+        members.to_sql_checked(&Type::INT8, &mut out).unwrap();
+        assert_eq!(&out[..], 7i64.to_be_bytes());
+        let mut out = BytesMut::new();
+        column.to_sql_checked(&Type::TEXT_ARRAY, &mut out).unwrap();
+        assert!(out.len() > 1, "an array of it");
+
+        drop((column, members));
+        rows.push(8, vec![text("y"), int(2)]).unwrap();
+        let column = Array::Column {
+            table: rows.table.clone(),
+            index: 0,
+        };
+        let Err(e) = column.to_sql_checked(&Type::TEXT, &mut BytesMut::new()) else {
+            panic!("two rows are no one value");
+        };
+        assert!(e.to_string().contains("2 rows"), "{e}");
     }
 }

@@ -466,12 +466,25 @@ enum Part {
 type Sent<'a> = (Arc<str>, Vec<Array<'a>>, bool);
 
 /// What a set statement's text depends on: its parts, each a role and the template it writes
-/// (by address: the templates are the store's `'static` texts), in order; never how many rows
-/// each holds. The texts built are kept by shape, so a batch binds its parameters and reuses the
-/// text: building it cost a tenth of the server's CPU under load, and a connection's statement
-/// cache finds it by that same text.
-#[derive(Default, Clone, PartialEq, Eq, Hash)]
-struct Shape(Vec<(u8, usize, usize)>);
+/// (by address: the templates are the store's `'static` texts), in order, and whether each part
+/// holds one row (a batch of one call: the statement is written `single`, its columns values,
+/// see `set::Statement`); never how many rows they hold beyond that. The texts built are kept
+/// by shape, so a batch binds its parameters and reuses the text: building it cost a tenth of
+/// the server's CPU under load, and a connection's statement cache finds it by that same text.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Shape {
+    parts: Vec<(u8, usize, usize)>,
+    single: bool,
+}
+
+impl Default for Shape {
+    fn default() -> Self {
+        Shape {
+            parts: Vec::new(),
+            single: true,
+        }
+    }
+}
 
 /// A shape's statement text, and how many parameters it binds.
 type Text = (Arc<str>, usize);
@@ -483,7 +496,8 @@ impl Shape {
     fn part(&mut self, role: u8, rows: Option<&Rows>) {
         if let Some(rows) = rows {
             let t = rows.template();
-            self.0.push((role, t.as_ptr() as usize, t.len()));
+            self.parts.push((role, t.as_ptr() as usize, t.len()));
+            self.single &= rows.count() == 1;
         }
     }
 
@@ -506,7 +520,7 @@ impl Shape {
             build(&mut st)?;
             return Ok((sql, st.params));
         }
-        let mut st = set::Statement::default();
+        let mut st = set::Statement::of_one_row(self.single);
         let sql: Arc<str> = build(&mut st)?.into();
         let mut texts = texts.lock().unwrap_or_else(|p| p.into_inner());
         if texts.len() < SHAPES {
@@ -881,14 +895,14 @@ async fn written(
 
 /// The text of a batch's complete statement, for the test of its plan.
 #[cfg(feature = "testing")]
-pub(crate) fn complete_text() -> String {
+pub(crate) fn complete_text(single: bool) -> String {
     let effect = EffectId::from_u128(0);
     let (sql, params) =
         crate::effect::complete_statement(&effect, 1, "{}", OffsetDateTime::UNIX_EPOCH);
     let mut rows = Rows::new(sql, 1);
     let built = rows
         .push(0, params)
-        .and_then(|()| set::Statement::default().update(rows, "c", None));
+        .and_then(|()| set::Statement::of_one_row(single).update(rows, "c", None));
     built.expect("the complete statement is a set template")
 }
 
@@ -984,7 +998,7 @@ fn chained_set<'a>(
     }
     if !free.is_empty() {
         // Members without a conditional write: one more part, with no template.
-        shape.0.push((5, 0, 0));
+        shape.parts.push((5, 0, 0));
     }
     shape.part(6, journal.as_ref());
     for rows in &writes {

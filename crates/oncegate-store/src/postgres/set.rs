@@ -13,7 +13,7 @@
 //! Hand-written, because no driver or query builder turns a prepared statement's parameters into
 //! columns of arrays.
 
-use super::array::{Array, Column, Rows};
+use super::array::{element_of, Array, Column, Rows};
 use crate::error::StoreError;
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -23,10 +23,16 @@ type Result<T> = std::result::Result<T, StoreError>;
 /// The text depends only on the statement's shape (which templates, in which order), never on
 /// how many rows each holds, so a caller that already has the text of a shape binds the
 /// parameters alone (`bind_only`): each part then returns an empty text.
+///
+/// A statement whose every rows are one member's one row (a batch of one call) is written
+/// `single`: each column a value, `(SELECT $a::text AS v1, …) AS alias`, not an array read by a
+/// set-returning function. PostgreSQL plans such a row as the statement's own parameters, with
+/// no function to set up per column at each run: a batch of one paid that set-up in full.
 #[derive(Debug)]
 pub(super) struct Statement<'a> {
     pub params: Vec<Array<'a>>,
     write_text: bool,
+    single: bool,
 }
 
 impl Default for Statement<'_> {
@@ -34,6 +40,7 @@ impl Default for Statement<'_> {
         Statement {
             params: Vec::new(),
             write_text: true,
+            single: false,
         }
     }
 }
@@ -47,8 +54,8 @@ struct Source {
 
 impl Source {
     /// The source's rows: `(SELECT unnest($a::text[]) AS v1, …, unnest($m::int8[]) AS member)
-    /// AS alias`.
-    fn unnest_clause(&self, types: &[&'static str]) -> String {
+    /// AS alias`, or its one row's values when `single`.
+    fn unnest_clause(&self, types: &[&'static str], single: bool) -> String {
         let columns: Vec<(usize, &str, String)> = self
             .placeholders
             .iter()
@@ -61,7 +68,7 @@ impl Source {
                 "member".to_owned(),
             )))
             .collect();
-        rows_of(&columns, &self.alias)
+        rows_of(&columns, &self.alias, single)
     }
 
     /// The template's text with each `$n` read from this source's `n`th column.
@@ -88,11 +95,14 @@ impl Source {
 /// allocation each, so about 120 µs for 26 columns of 8 rows, measured with pgbench), while the
 /// select list's functions run side by side, value per call, with no store at all. Both forms
 /// stop at the longest array and pad the shorter ones with NULL; every column here has one value
-/// per row.
-fn rows_of(columns: &[(usize, &str, String)], alias: &str) -> String {
+/// per row. With `single`, the one row's values: `(SELECT $a::T AS a, …) AS alias`.
+fn rows_of(columns: &[(usize, &str, String)], alias: &str, single: bool) -> String {
     let list: Vec<String> = columns
         .iter()
-        .map(|(p, ty, name)| format!("unnest(${p}::{ty}) AS {name}"))
+        .map(|(p, ty, name)| match single {
+            false => format!("unnest(${p}::{ty}) AS {name}"),
+            true => format!("${p}::{} AS {name}", element_of(ty)),
+        })
         .collect();
     format!("(SELECT {}) AS {alias}", list.join(", "))
 }
@@ -104,6 +114,17 @@ impl<'a> Statement<'a> {
         Statement {
             params: Vec::with_capacity(params),
             write_text: false,
+            // The text is made: its parameters' types say how each is bound.
+            single: false,
+        }
+    }
+
+    /// A statement whose every rows are one row (`single`, see the type's documentation), or
+    /// not.
+    pub fn of_one_row(single: bool) -> Statement<'a> {
+        Statement {
+            single,
+            ..Statement::default()
         }
     }
 
@@ -191,10 +212,10 @@ impl<'a> Statement<'a> {
             }
         };
         let source_clause = match kept {
-            None => source.unnest_clause(&types),
+            None => source.unnest_clause(&types, self.single),
             Some((_, by)) => format!(
                 "{} LEFT JOIN {by} ON {by}.member = {alias}.member",
-                source.unnest_clause(&types)
+                source.unnest_clause(&types, self.single)
             ),
         };
         let tail = if shape.tail.contains('$') {
@@ -210,6 +231,7 @@ impl<'a> Statement<'a> {
                         (*at, types[n - 1], "v".to_owned()),
                     ],
                     "x",
+                    self.single,
                 );
                 Ok(format!(
                     "(SELECT x.v FROM {rows} WHERE x.k = excluded.{})",
@@ -249,7 +271,7 @@ impl<'a> Statement<'a> {
         let mut sql = format!(
             "UPDATE {} FROM {} WHERE ({})",
             source.columns_of(update)?,
-            source.unnest_clause(&types),
+            source.unnest_clause(&types, self.single),
             source.columns_of(condition)?
         );
         if let Some(filter) = filter {
@@ -268,7 +290,7 @@ impl<'a> Statement<'a> {
         };
         Ok(format!(
             "SELECT {alias}.member, q.* FROM {} CROSS JOIN LATERAL ({}) q",
-            source.unnest_clause(&types),
+            source.unnest_clause(&types, self.single),
             source.columns_of(template)?
         ))
     }
@@ -306,6 +328,7 @@ impl<'a> Statement<'a> {
                 (self.params.len(), "int8[]", "member".to_owned()),
             ],
             alias,
+            self.single,
         ))
     }
 }
@@ -413,6 +436,38 @@ mod tests {
                 vec![text("x"), opt_text(None::<String>)],
                 vec![int(1), int(2)],
                 vec![int(0), int(3)],
+            ]
+        );
+    }
+
+    #[test]
+    fn a_statement_of_one_row_binds_its_values_not_arrays() {
+        let mut rows = Rows::new(
+            "INSERT INTO t (a, b) VALUES ($1, $2) ON CONFLICT (a) DO UPDATE SET b = $2",
+            1,
+        );
+        rows.push(4, vec![text("x"), int(1)]).unwrap();
+        let mut st = Statement::of_one_row(true);
+        let keys = st.keys(&rows, "k").unwrap();
+        let sql = st.insert(rows, "r", None, true).unwrap();
+        assert_eq!(keys, "(SELECT $1::text AS key, $2::int8 AS member) AS k");
+        assert_eq!(
+            sql,
+            "INSERT INTO t (a, b) SELECT r.v1, r.v2 \
+             FROM (SELECT $3::text AS v1, $4::int8 AS v2, $5::int8 AS member) AS r \
+             ON CONFLICT (a) DO UPDATE SET b = \
+             (SELECT x.v FROM (SELECT $3::text AS k, $4::int8 AS v) AS x WHERE x.k = excluded.a) \
+             RETURNING a AS key"
+        );
+        let params: Vec<Vec<Value>> = st.params.iter().map(Array::values).collect();
+        assert_eq!(
+            params,
+            vec![
+                vec![text("x")],
+                vec![int(4)],
+                vec![text("x")],
+                vec![int(1)],
+                vec![int(4)],
             ]
         );
     }

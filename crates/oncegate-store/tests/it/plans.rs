@@ -55,10 +55,15 @@ async fn a_batchs_complete_finds_its_effects_by_primary_key() {
     let sql = oncegate_store::testing::pg_batch_complete_sql();
     let args = "'{eff_0000001000,eff_0000002000}', '{1,1}', '{1700000000000,1700000000000}', \
                 '{a,b}', '{0,1}'";
+    // A batch of one call binds its values, not arrays.
+    let one = oncegate_store::testing::pg_batch_complete_one_sql();
+    let one_args = "'eff_0000001000', 1, 1700000000000, 'a', 0";
     let empty = batch_plan(&admin, &sql, args).await;
+    let one_empty = batch_plan(&admin, &one, one_args).await;
     seed_effects(&admin, 20_000).await;
     let few_reserved = batch_plan(&admin, &sql, args).await;
-    for plan in [empty, few_reserved] {
+    let one_few_reserved = batch_plan(&admin, &one, one_args).await;
+    for plan in [empty, few_reserved, one_empty, one_few_reserved] {
         assert!(plan.contains("Index Scan using effects_pkey"), "{plan}");
         assert!(!plan.contains("effects_lease_until"), "{plan}");
         assert!(!plan.contains("Seq Scan"), "{plan}");
