@@ -49,7 +49,7 @@ impl Column {
 }
 
 /// The type of an array's element: `text` for `text[]` (a statement of one row binds its
-/// columns as values, see `set::Statement::single`).
+/// columns as values, see `set::Statement::of_one_row`).
 pub(super) fn element_of(array_type: &str) -> &str {
     array_type.strip_suffix("[]").unwrap_or(array_type)
 }
