@@ -50,12 +50,14 @@ struct Source {
     alias: String,
     placeholders: Vec<usize>,
     member: usize,
+    /// Its statement is `single`: one row, bound as values.
+    single: bool,
 }
 
 impl Source {
     /// The source's rows: `(SELECT unnest($a::text[]) AS v1, …, unnest($m::int8[]) AS member)
     /// AS alias`, or its one row's values when `single`.
-    fn unnest_clause(&self, types: &[&'static str], single: bool) -> String {
+    fn unnest_clause(&self, types: &[&'static str]) -> String {
         let columns: Vec<(usize, &str, String)> = self
             .placeholders
             .iter()
@@ -68,7 +70,7 @@ impl Source {
                 "member".to_owned(),
             )))
             .collect();
-        rows_of(&columns, &self.alias, single)
+        rows_of(&columns, &self.alias, self.single)
     }
 
     /// The template's text with each `$n` read from this source's `n`th column.
@@ -156,6 +158,7 @@ impl<'a> Statement<'a> {
                     alias: alias.to_owned(),
                     placeholders: (first..member).collect(),
                     member,
+                    single: self.single,
                 },
                 types,
             )
@@ -212,10 +215,10 @@ impl<'a> Statement<'a> {
             }
         };
         let source_clause = match kept {
-            None => source.unnest_clause(&types, self.single),
+            None => source.unnest_clause(&types),
             Some((_, by)) => format!(
                 "{} LEFT JOIN {by} ON {by}.member = {alias}.member",
-                source.unnest_clause(&types, self.single)
+                source.unnest_clause(&types)
             ),
         };
         let tail = if shape.tail.contains('$') {
@@ -271,7 +274,7 @@ impl<'a> Statement<'a> {
         let mut sql = format!(
             "UPDATE {} FROM {} WHERE ({})",
             source.columns_of(update)?,
-            source.unnest_clause(&types, self.single),
+            source.unnest_clause(&types),
             source.columns_of(condition)?
         );
         if let Some(filter) = filter {
@@ -290,7 +293,7 @@ impl<'a> Statement<'a> {
         };
         Ok(format!(
             "SELECT {alias}.member, q.* FROM {} CROSS JOIN LATERAL ({}) q",
-            source.unnest_clause(&types, self.single),
+            source.unnest_clause(&types),
             source.columns_of(template)?
         ))
     }
