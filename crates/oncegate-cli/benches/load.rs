@@ -24,7 +24,10 @@
 //! `ONCEGATE_TEST_PG`). `ONCEGATE_LOAD_SECS` is the seconds of each slice (5), `ONCEGATE_LOAD_ROUNDS`
 //! the slices per side (3), `ONCEGATE_LOAD_CONNECTIONS` the connections (32),
 //! `ONCEGATE_LOAD_BACKENDS` `sqlite`, `postgres` or both, `ONCEGATE_LOAD_WORKERS` the threads
-//! of `oncegate serve` (`--workers`; unset, one per core), `ONCEGATE_LOAD_SCALE` the largest
+//! of `oncegate serve` (`--workers`; unset, one per core), `ONCEGATE_LOAD_INSTANCES` how many
+//! `oncegate serve` processes share the PostgreSQL database (1; the connections are dealt out
+//! among them in turn, each gathers its own batches, and their CPU is summed: what a database
+//! carrying several instances costs; SQLite stays one process), `ONCEGATE_LOAD_SCALE` the largest
 //! seeded count (1000000; 0 skips the scale mode), `ONCEGATE_LOAD_ROUNDS=0` runs the scale mode
 //! alone. `ONCEGATE_LOAD_PERF=<dir>` records each side's server and PostgreSQL backends with
 //! `perf` in a slice of its own after the timed ones, and prints the backends' CPU per decision
@@ -124,17 +127,19 @@ fn next(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Drives `base` from `connections` connections for `secs`: the mix (or only new captures when
+/// Drives `bases` (one server's instances) from `connections` connections for `secs`, the
+/// connections dealt out among the instances in turn: the mix (or only new captures when
 /// `only_new`), each `process` completed right after on the same connection. Captures are
 /// numbered from `from` on, so the slices never reuse one.
-async fn drive(base: &str, connections: u64, secs: f64, from: u64, only_new: bool) -> Tally {
+async fn drive(bases: &[String], connections: u64, secs: f64, from: u64, only_new: bool) -> Tally {
     let counter = Arc::new(AtomicU64::new(from));
     let sent: Arc<Mutex<Vec<u64>>> = Arc::default();
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..connections {
-        let (counter, sent, base) = (counter.clone(), sent.clone(), base.to_owned());
+        let base = bases[c as usize % bases.len()].clone();
+        let (counter, sent) = (counter.clone(), sent.clone());
         tasks.push(tokio::spawn(async move {
             // One client with one connection: a process and its complete share it.
             let client = reqwest::Client::builder()
@@ -248,15 +253,25 @@ fn median(mut v: Vec<f64>) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // The servers
 
+/// One side's server: its processes (several instances of `oncegate serve` on one database,
+/// or one) and their base URLs, in the same order.
 struct Server {
-    child: Child,
-    base: String,
+    children: Vec<Child>,
+    bases: Vec<String>,
+}
+
+impl Server {
+    fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -296,12 +311,40 @@ fn workers() -> Option<u16> {
     })
 }
 
+/// How many `oncegate serve` processes share a PostgreSQL database, from
+/// `ONCEGATE_LOAD_INSTANCES` (1).
+fn instances() -> usize {
+    std::env::var("ONCEGATE_LOAD_INSTANCES")
+        .ok()
+        .map_or(1, |v| {
+            v.parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .expect("ONCEGATE_LOAD_INSTANCES is a number of processes, at least 1")
+        })
+}
+
 /// Where this run's contract is written (removed at the end of the run).
 fn contract_path() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("oncegate-load-{}.toml", std::process::id()))
 }
 
-async fn oncegate(store: &str) -> Server {
+/// `instances` processes of `oncegate serve` on `store`, started one after the other (the first
+/// creates the schema).
+async fn oncegate(store: &str, instances: usize) -> Server {
+    let mut server = Server {
+        children: Vec::new(),
+        bases: Vec::new(),
+    };
+    for _ in 0..instances {
+        let (child, base) = oncegate_instance(store).await;
+        server.children.push(child);
+        server.bases.push(base);
+    }
+    server
+}
+
+async fn oncegate_instance(store: &str) -> (Child, String) {
     let port = oncegate::store::testing::free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_oncegate"))
         .arg("serve")
@@ -325,7 +368,7 @@ async fn oncegate(store: &str) -> Server {
         .expect("oncegate serve starts");
     let base = format!("http://127.0.0.1:{port}");
     ready(&base).await;
-    Server { child, base }
+    (child, base)
 }
 
 async fn handmade(store: &str) -> Server {
@@ -339,7 +382,10 @@ async fn handmade(store: &str) -> Server {
         .expect("the hand-made endpoint starts");
     let base = format!("http://127.0.0.1:{port}");
     ready(&base).await;
-    Server { child, base }
+    Server {
+        children: vec![child],
+        bases: vec![base],
+    }
 }
 
 fn rss_mib(pid: u32) -> f64 {
@@ -400,6 +446,9 @@ async fn bench() {
             match workers() {
                 Some(n) => format!("; oncegate serve --workers {n}"),
                 None => String::new(),
+            } + &match instances() {
+                1 => String::new(),
+                n => format!("; {n} instances of oncegate serve on PostgreSQL's database"),
             }
         );
         println!(
@@ -424,18 +473,27 @@ async fn bench() {
         ));
     }
     for (backend, ours_url, theirs_url) in &stores {
-        let ours = oncegate(ours_url).await;
+        // Several instances share a PostgreSQL database; an SQLite file stays one process's.
+        let ours = oncegate(
+            ours_url,
+            if *backend == "postgres" {
+                instances()
+            } else {
+                1
+            },
+        )
+        .await;
         let theirs = handmade(theirs_url).await;
         // Warm-up, untimed.
-        drive(&ours.base, connections, 1.0, 0, false).await;
-        drive(&theirs.base, connections, 1.0, 0, false).await;
+        drive(&ours.bases, connections, 1.0, 0, false).await;
+        drive(&theirs.bases, connections, 1.0, 0, false).await;
         let (mut a, mut b) = (Vec::new(), Vec::new());
         let (mut la, mut lb) = (Vec::new(), Vec::new());
         let mut unexpected = 0;
         let mut samples = Vec::new();
         let pg = admin.as_ref().filter(|_| *backend == "postgres");
-        let ours_meter = cpu::Meter::new(ours.child.id(), pg.map(|a| (a, ours_url.as_str())));
-        let theirs_meter = cpu::Meter::new(theirs.child.id(), pg.map(|a| (a, theirs_url.as_str())));
+        let ours_meter = cpu::Meter::new(ours.pids(), pg.map(|a| (a, ours_url.as_str())));
+        let theirs_meter = cpu::Meter::new(theirs.pids(), pg.map(|a| (a, theirs_url.as_str())));
         let (mut ours_cpu, mut theirs_cpu) = (cpu::Used::default(), cpu::Used::default());
         let mut batches = BatchSizes::default();
         // Each side's statements from here on (`pg_stat_statements`, where the server has it).
@@ -455,17 +513,17 @@ async fn bench() {
         for round in 1..=rounds {
             let from = round * 100_000_000;
             let before = ours_meter.read().await;
-            let sizes_before = BatchSizes::scrape(&ours.base).await;
-            let t = drive(&ours.base, connections, secs, from, false).await;
+            let sizes_before = BatchSizes::scrape(&ours.bases).await;
+            let t = drive(&ours.bases, connections, secs, from, false).await;
             ours_cpu.add(&before, &ours_meter.read().await, t.total);
-            batches.add(&sizes_before, &BatchSizes::scrape(&ours.base).await);
+            batches.add(&sizes_before, &BatchSizes::scrape(&ours.bases).await);
             unexpected += t.unexpected;
             samples.extend(t.samples);
             a.push(t.decisions as f64);
             ours_total += t.total;
             la.extend(t.latencies_us);
             let before = theirs_meter.read().await;
-            let t = drive(&theirs.base, connections, secs, from, false).await;
+            let t = drive(&theirs.bases, connections, secs, from, false).await;
             theirs_cpu.add(&before, &theirs_meter.read().await, t.total);
             b.push(t.decisions as f64);
             theirs_total += t.total;
@@ -494,8 +552,8 @@ async fn bench() {
                 let backends = meter.read().await.backends();
                 let recording = phases::Recording::start(&dir, name, &backends);
                 let serving =
-                    phases::Recording::start(&dir, &format!("{name}-server"), &[server.child.id()]);
-                drive(&server.base, connections, secs, from, false).await;
+                    phases::Recording::start(&dir, &format!("{name}-server"), &server.pids());
+                drive(&server.bases, connections, secs, from, false).await;
                 let phases = recording.and_then(phases::Recording::phases);
                 sides.push((phases, serving.and_then(phases::Recording::parts)));
             }
@@ -608,7 +666,29 @@ struct BatchSizes {
 }
 
 impl BatchSizes {
-    async fn scrape(base: &str) -> BatchSizes {
+    /// The instances' batches, summed.
+    async fn scrape(bases: &[String]) -> BatchSizes {
+        let mut all = BatchSizes::default();
+        for base in bases {
+            let one = BatchSizes::scrape_one(base).await;
+            if all.buckets.is_empty() {
+                all.buckets = one
+                    .buckets
+                    .iter()
+                    .map(|(le, _)| (le.clone(), 0.0))
+                    .collect();
+            }
+            for ((_, total), (_, n)) in all.buckets.iter_mut().zip(&one.buckets) {
+                *total += n;
+            }
+            all.batches += one.batches;
+            all.calls += one.calls;
+            all.round_trips += one.round_trips;
+        }
+        all
+    }
+
+    async fn scrape_one(base: &str) -> BatchSizes {
         let text = match reqwest::Client::new()
             .get(format!("{base}/metrics"))
             .bearer_auth(OPERATOR_TOKEN)
@@ -725,7 +805,7 @@ async fn scale_mode(
                 _ => pg_database(admin.expect("admin"), pg_base, &format!("scale{count}")).await,
             };
             // The schema first (the service creates it), then the rows, then the service again.
-            drop(oncegate(&url).await);
+            drop(oncegate(&url, 1).await);
             let seeding = Instant::now();
             seed::history(&url, count).await;
             let seeded = seeding.elapsed();
@@ -742,13 +822,14 @@ async fn scale_mode(
                 String::from_utf8_lossy(&counted.stderr)
             );
             let totals = counting.elapsed();
-            let server = oncegate(&url).await;
-            drive(&server.base, connections, 1.0, 0, true).await;
-            let before = rss_mib(server.child.id());
-            let mut t = drive(&server.base, connections, secs, 900_000_000, true).await;
-            let after = rss_mib(server.child.id());
+            let server = oncegate(&url, 1).await;
+            let pid = server.pids()[0];
+            drive(&server.bases, connections, 1.0, 0, true).await;
+            let before = rss_mib(pid);
+            let mut t = drive(&server.bases, connections, secs, 900_000_000, true).await;
+            let after = rss_mib(pid);
             t.latencies_us.sort_unstable();
-            let reads = reads(&server.base).await;
+            let reads = reads(&server.bases[0]).await;
             println!(
                 "{backend:<9} {count:>12} {:>9.2} {:>9.2} {before:>9.1} MiB {after:>8.1} MiB   {reads}  (seeded in {:.0} s, report totals counted in {:.0} s)",
                 percentile(&t.latencies_us, 0.5),

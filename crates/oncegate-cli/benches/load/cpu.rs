@@ -73,20 +73,24 @@ pub struct Reading {
     backends: HashMap<u32, u64>,
 }
 
-/// Reads the CPU of one side: its server and, on PostgreSQL, its database's backends.
+/// Reads the CPU of one side: its server's processes and, on PostgreSQL, its database's
+/// backends.
 pub struct Meter<'a> {
-    server: u32,
+    servers: Vec<u32>,
     database: Option<(&'a tokio_postgres::Client, String)>,
 }
 
 impl<'a> Meter<'a> {
     /// `database`: the admin connection and the URL of the side's PostgreSQL database.
-    pub fn new(server: u32, database: Option<(&'a tokio_postgres::Client, &str)>) -> Meter<'a> {
+    pub fn new(
+        servers: Vec<u32>,
+        database: Option<(&'a tokio_postgres::Client, &str)>,
+    ) -> Meter<'a> {
         let database = database.map(|(admin, url)| {
             let name = url.rsplit('/').next().unwrap_or_default();
             (admin, name.split('?').next().unwrap_or_default().to_owned())
         });
-        Meter { server, database }
+        Meter { servers, database }
     }
 
     pub async fn read(&self) -> Reading {
@@ -106,12 +110,20 @@ impl<'a> Meter<'a> {
                 }
             }
         }
-        Reading {
-            server: ticks(self.server).unwrap_or(0),
-            written: written(self.server).unwrap_or(0),
-            switches: switches(self.server),
+        let mut reading = Reading {
+            server: 0,
+            written: 0,
+            switches: (0, 0),
             backends,
+        };
+        for &pid in &self.servers {
+            reading.server += ticks(pid).unwrap_or(0);
+            reading.written += written(pid).unwrap_or(0);
+            let (voluntary, preempted) = switches(pid);
+            reading.switches.0 += voluntary;
+            reading.switches.1 += preempted;
         }
+        reading
     }
 }
 
