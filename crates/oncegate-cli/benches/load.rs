@@ -670,20 +670,7 @@ impl BatchSizes {
     async fn scrape(bases: &[String]) -> BatchSizes {
         let mut all = BatchSizes::default();
         for base in bases {
-            let one = BatchSizes::scrape_one(base).await;
-            if all.buckets.is_empty() {
-                all.buckets = one
-                    .buckets
-                    .iter()
-                    .map(|(le, _)| (le.clone(), 0.0))
-                    .collect();
-            }
-            for ((_, total), (_, n)) in all.buckets.iter_mut().zip(&one.buckets) {
-                *total += n;
-            }
-            all.batches += one.batches;
-            all.calls += one.calls;
-            all.round_trips += one.round_trips;
+            all.count(&BatchSizes::scrape_one(base).await, 1.0);
         }
         all
     }
@@ -722,23 +709,25 @@ impl BatchSizes {
 
     /// Adds what happened between two scrapes.
     fn add(&mut self, before: &BatchSizes, after: &BatchSizes) {
+        self.count(after, 1.0);
+        self.count(before, -1.0);
+    }
+
+    /// Adds `sign` times what `other` counted.
+    fn count(&mut self, other: &BatchSizes, sign: f64) {
         if self.buckets.is_empty() {
-            self.buckets = after
+            self.buckets = other
                 .buckets
                 .iter()
                 .map(|(le, _)| (le.clone(), 0.0))
                 .collect();
         }
-        for ((_, total), ((_, a), (_, b))) in self
-            .buckets
-            .iter_mut()
-            .zip(after.buckets.iter().zip(&before.buckets))
-        {
-            *total += a - b;
+        for ((_, total), (_, n)) in self.buckets.iter_mut().zip(&other.buckets) {
+            *total += sign * n;
         }
-        self.batches += after.batches - before.batches;
-        self.calls += after.calls - before.calls;
-        self.round_trips += after.round_trips - before.round_trips;
+        self.batches += sign * other.batches;
+        self.calls += sign * other.calls;
+        self.round_trips += sign * other.round_trips;
     }
 
     /// `group commits: N, M calls each on average[, R round trips each]; share of batches by
